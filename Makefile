@@ -1,0 +1,76 @@
+# spindle — the two commands a user needs:
+#   make test    build (release) and run the unit tests
+#   make bench   build (release) and run the quick benchmark suite, then
+#                write bench/results/latest/report.md
+# and, for contributors:
+#   make check   make test + ASan/UBSan and TSan test builds + a Clang 19
+#                build and its tests + the AArch64 cross build of the switch
+#   make deps    install (root) or name (otherwise) the Debian packages
+#
+# Options: SUITE=switch (one suite of make bench), BENCH_MODE=--full,
+#          JOBS=N (parallel build jobs).
+
+SHELL := /bin/bash
+JOBS ?= $(shell nproc)
+SUITE ?=
+BENCH_MODE ?=
+# Debian's python3 has python3-matplotlib; a python3 earlier in PATH may not.
+PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
+
+.PHONY: all deps deps-bench deps-check build test check bench debug-test asan tsan clang aarch64 tools-test clean
+
+all: test
+
+deps:
+	@scripts/deps.sh build
+deps-bench:
+	@scripts/deps.sh bench
+deps-check:
+	@scripts/deps.sh check
+
+# configure + build one preset: $(call build,preset)
+define build
+	cmake --preset $(1) >/dev/null
+	cmake --build --preset $(1) -j $(JOBS)
+endef
+
+build: deps
+	$(call build,release)
+
+test: build
+	ctest --preset release
+
+debug-test: deps
+	$(call build,debug)
+	ctest --preset debug
+
+asan: deps-check
+	$(call build,asan)
+	ctest --preset asan
+
+tsan: deps-check
+	$(call build,tsan)
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ctest --preset tsan
+
+clang: deps-check
+	$(call build,clang)
+	ctest --preset clang
+
+# The AArch64 switch must at least compile; where qemu-user is present its
+# clobber test also runs.
+aarch64: deps-check
+	scripts/aarch64-check.sh
+
+tools-test: deps-check
+	$(PYTHON) -m unittest tools/test_bench.py
+
+check: test asan tsan clang aarch64 tools-test
+	@echo "make check: all builds and tests passed"
+
+bench: deps deps-bench
+	$(call build,release)
+	$(PYTHON) tools/bench.py --build-dir build/release --out bench/results/latest \
+	  $(if $(SUITE),--suite $(SUITE)) $(BENCH_MODE)
+
+clean:
+	rm -rf build

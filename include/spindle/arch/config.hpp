@@ -1,0 +1,79 @@
+// spindle/arch/config.hpp — compiler and platform switches used by every layer.
+//
+// Nothing here generates code. It names, in one place, the attributes and
+// feature tests the rest of spindle relies on:
+//
+//   SPINDLE_ALWAYS_INLINE   force inlining of a switching site (CACS needs the
+//                           switch inlined into its caller to let the compiler
+//                           save only what is live there).
+//   SPINDLE_NOINLINE, SPINDLE_COLD   slow paths out of line.
+//   SPINDLE_SWITCH_FN       calling convention for out-of-line functions that
+//                           switch context: `preserve_none` on Clang >= 19 for
+//                           x86-64 (the CACS paper, §3.3), nothing elsewhere.
+//                           A preserve_none function saves no register for its
+//                           caller, so a caller keeps live only what it needs
+//                           and nothing is saved twice.
+//   SPINDLE_ASAN, SPINDLE_TSAN   1 when built with that sanitizer.
+//   SPINDLE_CACHE_LINE      destructive interference size we pad to.
+#pragma once
+
+#include <cstddef>
+
+#define SPINDLE_ALWAYS_INLINE inline __attribute__((always_inline))
+#define SPINDLE_NOINLINE __attribute__((noinline))
+#define SPINDLE_COLD __attribute__((cold, noinline))
+
+#if defined(__clang__) && (__clang_major__ >= 19) && defined(__x86_64__)
+#define SPINDLE_HAS_PRESERVE_NONE 1
+#define SPINDLE_SWITCH_FN __attribute__((preserve_none))
+#else
+#define SPINDLE_HAS_PRESERVE_NONE 0
+#define SPINDLE_SWITCH_FN
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SPINDLE_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SPINDLE_ASAN 1
+#endif
+#endif
+#ifndef SPINDLE_ASAN
+#define SPINDLE_ASAN 0
+#endif
+
+#if defined(__SANITIZE_THREAD__)
+#define SPINDLE_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SPINDLE_TSAN 1
+#endif
+#endif
+#ifndef SPINDLE_TSAN
+#define SPINDLE_TSAN 0
+#endif
+
+// Debug checks (misuse detection). On in debug builds, or when asked for.
+#if !defined(SPINDLE_DEBUG_CHECKS)
+#if !defined(NDEBUG)
+#define SPINDLE_DEBUG_CHECKS 1
+#else
+#define SPINDLE_DEBUG_CHECKS 0
+#endif
+#endif
+
+// Save and restore the x87 control word and MXCSR on every switch. The ABI
+// makes both callee-saved, but programs almost never change them, so the
+// default switch does not pay for them. Build with -DSPINDLE_SAVE_FP_CONTROL=1
+// (CMake option SPINDLE_SAVE_FP_CONTROL) if a fiber changes rounding modes.
+#ifndef SPINDLE_SAVE_FP_CONTROL
+#define SPINDLE_SAVE_FP_CONTROL 0
+#endif
+
+namespace spindle::arch {
+
+// 64 bytes on x86-64 and on the AArch64 parts we target. We pad to it to keep
+// per-worker and per-thread hot words off each other's lines.
+inline constexpr std::size_t cache_line = 64;
+
+}  // namespace spindle::arch

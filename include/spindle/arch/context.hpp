@@ -1,0 +1,157 @@
+// spindle/arch/context.hpp — execution contexts and the annotated switch.
+//
+// `arch::context` is what fibers, generators and worker loops keep to be
+// resumed later: the three words the ABI-specific `raw_switch` saves (see
+// x86_64_sysv.hpp / aarch64.hpp), plus, in sanitizer builds only, what ASan
+// and TSan must be told on every switch.
+//
+// Three operations:
+//
+//   switch_to(from, to)     suspend into `from`, continue `to`; returns when
+//                           someone switches back to `from`.
+//   switch_final(from, to)  the same for a context that will never run again
+//                           (a finished fiber): ASan drops its fake stack.
+//   context_started(self)   first statement of every context entry function.
+//
+// In builds without sanitizers all three are the bare `raw_switch`: the
+// annotations compile away.
+//
+// Sanitizer protocol. ASan must know the bounds of the stack being switched
+// to (`__sanitizer_start_switch_fiber`) and must be told, once there, that the
+// switch completed (`__sanitizer_finish_switch_fiber`), which also reports the
+// bounds of the stack we came from. We store those bounds into the context we
+// came from, so a context whose stack we never allocated (a thread's own
+// stack, or a fiber that was running inside a generator when it switched)
+// always carries the bounds it really had when it last ran. TSan gets
+// `__tsan_switch_to_fiber` before each switch; the TSan fiber of the running
+// context is read back with `__tsan_get_current_fiber` for the same reason.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <spindle/arch/config.hpp>
+
+#if defined(__x86_64__)
+#include <spindle/arch/x86_64_sysv.hpp>
+#elif defined(__aarch64__)
+#include <spindle/arch/aarch64.hpp>
+#else
+#error "spindle: no context switch for this architecture (x86-64 and AArch64 are supported)"
+#endif
+
+#if SPINDLE_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+#if SPINDLE_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
+
+namespace spindle::arch {
+
+struct context {
+    raw_context regs;  // read and written by the asm; must stay first
+#if SPINDLE_ASAN
+    const void* stack_bottom = nullptr;  // lowest address of the stack this context runs on
+    std::size_t stack_size = 0;
+    void* fake_stack = nullptr;  // ASan's fake stack of this context while suspended
+#endif
+#if SPINDLE_TSAN
+    void* tsan_fiber = nullptr;  // TSan's fiber object to switch to when resuming this context
+#endif
+};
+static_assert(offsetof(context, regs) == 0, "the switch reads the registers at offset 0");
+
+namespace detail {
+#if SPINDLE_ASAN
+// The context a switch on this thread started from; read right after the
+// switch lands to record that context's stack bounds. Thread-local because
+// switches on different threads are unrelated.
+inline thread_local context* asan_switch_from = nullptr;
+#endif
+}  // namespace detail
+
+// Tell the sanitizers the bounds and identity of a context that has not run
+// yet. `bottom`/`size` describe its whole usable stack.
+inline void annotate_new_context([[maybe_unused]] context* ctx, [[maybe_unused]] void* bottom,
+                                 [[maybe_unused]] std::size_t size) noexcept {
+#if SPINDLE_ASAN
+    ctx->stack_bottom = bottom;
+    ctx->stack_size = size;
+    ctx->fake_stack = nullptr;
+#endif
+#if SPINDLE_TSAN
+    ctx->tsan_fiber = __tsan_create_fiber(0);
+#endif
+}
+
+// Release what annotate_new_context took. Call only once the context will
+// never run again and is not the running one.
+inline void annotate_destroy_context([[maybe_unused]] context* ctx) noexcept {
+#if SPINDLE_TSAN
+    if (ctx->tsan_fiber != nullptr) {
+        __tsan_destroy_fiber(ctx->tsan_fiber);
+        ctx->tsan_fiber = nullptr;
+    }
+#endif
+}
+
+SPINDLE_ALWAYS_INLINE void before_switch([[maybe_unused]] context* from,
+                                         [[maybe_unused]] context* to,
+                                         [[maybe_unused]] bool from_finished) noexcept {
+#if SPINDLE_ASAN
+    detail::asan_switch_from = from;
+    __sanitizer_start_switch_fiber(from_finished ? nullptr : &from->fake_stack, to->stack_bottom,
+                                   to->stack_size);
+#endif
+#if SPINDLE_TSAN
+    if (!from_finished) from->tsan_fiber = __tsan_get_current_fiber();
+    __tsan_switch_to_fiber(to->tsan_fiber, 0);
+#endif
+}
+
+// Runs in `self` right after a switch into it landed.
+SPINDLE_ALWAYS_INLINE void context_started([[maybe_unused]] context* self) noexcept {
+#if SPINDLE_ASAN
+    context* prev = detail::asan_switch_from;
+    __sanitizer_finish_switch_fiber(self->fake_stack, &prev->stack_bottom, &prev->stack_size);
+#endif
+}
+
+SPINDLE_ALWAYS_INLINE void switch_to(context* from, context* to) noexcept {
+    before_switch(from, to, false);
+    raw_switch(&from->regs, &to->regs);
+    context_started(from);
+}
+
+[[noreturn]] SPINDLE_ALWAYS_INLINE void switch_final(context* from, context* to) noexcept {
+    before_switch(from, to, true);
+    raw_switch(&from->regs, &to->regs);
+    __builtin_unreachable();
+}
+
+// switch_to for two contexts held in one record (see raw_switch_shared):
+// `shared` is the record, the contexts sit at FromOff and ToOff in it, and
+// `word` carries one machine word to the other side.
+template <std::size_t FromOff, std::size_t ToOff>
+SPINDLE_ALWAYS_INLINE void switch_shared(void*& shared, std::uintptr_t& word) noexcept {
+    before_switch(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff),
+                  reinterpret_cast<context*>(static_cast<char*>(shared) + ToOff), false);
+    raw_switch_shared<FromOff, ToOff>(shared, word);
+    context_started(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff));
+}
+
+template <std::size_t FromOff, std::size_t ToOff>
+[[noreturn]] SPINDLE_ALWAYS_INLINE void switch_shared_final(void* shared, std::uintptr_t word) noexcept {
+    before_switch(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff),
+                  reinterpret_cast<context*>(static_cast<char*>(shared) + ToOff), true);
+    raw_switch_shared<FromOff, ToOff>(shared, word);
+    __builtin_unreachable();
+}
+
+// Entry functions receive raw contexts; the record is the first member.
+SPINDLE_ALWAYS_INLINE context* context_of(raw_context* r) noexcept {
+    return reinterpret_cast<context*>(r);
+}
+
+}  // namespace spindle::arch

@@ -1,0 +1,161 @@
+// spindle/arch/x86_64_sysv.hpp — the CACS context switch for x86-64, SysV ABI.
+//
+// Context-aware context switching (Li, Du, Hsu: "Stackful Coroutine Made
+// Fast", §3.1). A classic switch is an assembly *function* that saves every
+// callee-saved register (rbx, rbp, r12-r15, plus x87 CW and MXCSR) because it
+// cannot know which of them its caller uses. CACS instead *inlines* a tiny
+// asm template at every switching site and declares every register clobbered.
+// The compiler then spills, around that one site, exactly the values that are
+// live across it — often none — and the indirect jump sits at the call site,
+// where the branch predictor can learn its target.
+//
+// What the template does (7 instructions):
+//
+//     lea   1f(%rip), %rax      resume address of *this* side
+//     mov   %rsp, 0x00(from)    save stack pointer
+//     mov   %rbp, 0x08(from)    save frame pointer (cannot be a clobber, see below)
+//     mov   %rax, 0x10(from)    save resume address
+//     mov   0x00(to), %rsp      load the other side
+//     mov   0x08(to), %rbp
+//     jmp   *0x10(to)           go
+//  1:                           ...someone jumped back here
+//
+// Choices and why:
+//
+//  * The resume address and rbp go into the context record, not onto the
+//    stack. Pushing inside inline asm would overwrite the 128-byte red zone
+//    below rsp, which the compiler may be using in a leaf function; writing to
+//    the record needs no red-zone workaround and no pop on the way back.
+//  * rbp is saved explicitly: while it is the frame pointer (-O0,
+//    -fno-omit-frame-pointer) GCC and Clang refuse it in a clobber list.
+//  * `from` and `to` are passed as read-write operands pinned to rsi and rdi.
+//    "+S"/"+D" tell the compiler both registers come back changed (they do:
+//    they hold the values of whoever switched back to us), so every
+//    general-purpose register is covered. A fresh context therefore starts in
+//    its entry function with rdi = its own context and rsi = the context it
+//    came from — the SysV argument registers — so the entry is a plain
+//    `void entry(context* self, context* from)`.
+//  * Clobbered: every other GPR, xmm0-15 (xmm16-31 and k0-k7 with AVX-512),
+//    the x87/MMX stack, "cc" and "memory". Without "memory" the compiler could
+//    keep a global in a register across the switch; without the vector
+//    clobbers an inlined switch could carry a double in xmm1 from one fiber
+//    to another. tests/arch/switch_clobber_test.cpp checks each class.
+//  * x87 control word and MXCSR are not saved unless SPINDLE_SAVE_FP_CONTROL
+//    is 1 (see config.hpp). A fiber that changes the rounding mode and then
+//    switches leaks it to the next fiber otherwise.
+//  * `jmp` rather than `ret`: a `ret` would be predicted by the return stack
+//    buffer, which is always wrong after a stack switch (paper, footnote 2).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include <spindle/arch/config.hpp>
+
+namespace spindle::arch {
+
+// The part of an execution context the switch reads and writes. A context is
+// *suspended* when these three words describe where it stopped; it is
+// *running* while they are stale.
+struct raw_context {
+    void* sp = nullptr;  // 0x00 stack pointer at the switch
+    void* fp = nullptr;  // 0x08 rbp at the switch
+    void* pc = nullptr;  // 0x10 where to continue
+};
+static_assert(offsetof(raw_context, sp) == 0x00, "asm reads sp at 0x00");
+static_assert(offsetof(raw_context, fp) == 0x08, "asm reads fp at 0x08");
+static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
+
+#if defined(__AVX512F__)
+#define SPINDLE_X86_VEC_CLOBBERS                                                                   \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",       \
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15", "xmm16", "xmm17", "xmm18", "xmm19", "xmm20",  \
+        "xmm21", "xmm22", "xmm23", "xmm24", "xmm25", "xmm26", "xmm27", "xmm28", "xmm29", "xmm30",  \
+        "xmm31", "k0", "k1", "k2", "k3", "k4", "k5", "k6", "k7"
+#else
+#define SPINDLE_X86_VEC_CLOBBERS                                                                   \
+    "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",       \
+        "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+#endif
+
+// Everything but rax, rsi, rdi (which the templates use as operands), rsp
+// and rbp (saved explicitly).
+#define SPINDLE_X86_SWITCH_CLOBBERS_BASE                                                           \
+    "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",                     \
+        SPINDLE_X86_VEC_CLOBBERS, "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",     \
+        "st(7)", "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7", "cc", "memory"
+#define SPINDLE_X86_SWITCH_CLOBBERS "rax", SPINDLE_X86_SWITCH_CLOBBERS_BASE
+
+// Suspend the running context into `from` and continue `to`. Returns when
+// some other context switches back to `from`.
+SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexcept {
+#if SPINDLE_SAVE_FP_CONTROL
+    unsigned int mxcsr;
+    unsigned short fpucw;
+    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpucw));
+#endif
+    __asm__ volatile(
+        "leaq 1f(%%rip), %%rax\n\t"
+        "movq %%rsp, 0x00(%[f])\n\t"
+        "movq %%rbp, 0x08(%[f])\n\t"
+        "movq %%rax, 0x10(%[f])\n\t"
+        "movq 0x00(%[t]), %%rsp\n\t"
+        "movq 0x08(%[t]), %%rbp\n\t"
+        "jmpq *0x10(%[t])\n"
+        "1:\n\t"
+        : [f] "+S"(from), [t] "+D"(to)
+        :
+        : SPINDLE_X86_SWITCH_CLOBBERS);
+#if SPINDLE_SAVE_FP_CONTROL
+    __asm__ volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr), "m"(fpucw));
+#endif
+}
+
+// The same switch for two contexts that live in one record at offsets
+// `FromOff` and `ToOff` from `shared` (a generator's frame holds its own
+// context and its resumer's). Both sides pass the record's address in rdi,
+// so after the switch `shared` is in a register again with no reload from
+// memory, and one machine word travels in rax from the switching side to the
+// resumed side (a generator's yielded value): the CACS paper's in-register
+// hand-over (§3.2). A fresh context entered this way starts as
+// entry(shared, <rsi: garbage>). `word` is what the other side passed when it
+// switched back to us.
+template <std::size_t FromOff, std::size_t ToOff>
+SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word) noexcept {
+    __asm__ volatile(
+        "leaq 1f(%%rip), %%rcx\n\t"
+        "movq %%rsp, %c[fo](%[s])\n\t"
+        "movq %%rbp, %c[fo]+8(%[s])\n\t"
+        "movq %%rcx, %c[fo]+16(%[s])\n\t"
+        "movq %c[to](%[s]), %%rsp\n\t"
+        "movq %c[to]+8(%[s]), %%rbp\n\t"
+        "jmpq *%c[to]+16(%[s])\n"
+        "1:\n\t"
+        : [s] "+D"(shared), "+a"(word)
+        : [fo] "i"(FromOff), [to] "i"(ToOff)
+        : SPINDLE_X86_SWITCH_CLOBBERS_BASE, "rsi");
+}
+
+// Prepare `ctx` so that the first switch to it calls entry(ctx, from) on the
+// stack whose highest usable address is `stack_top`. `entry` must never
+// return: its last act is a switch away.
+inline void make_context(raw_context* ctx, void* stack_top,
+                         void (*entry)(raw_context* self, raw_context* from)) noexcept {
+    auto top = reinterpret_cast<std::uintptr_t>(stack_top) & ~std::uintptr_t{15};
+    // At a function's first instruction the ABI wants (rsp + 8) % 16 == 0, as
+    // if a `call` had pushed a return address. We push a null one: debuggers
+    // and unwinders stop there.
+    top -= 8;
+    *reinterpret_cast<void**>(top) = nullptr;
+    ctx->sp = reinterpret_cast<void*>(top);
+    ctx->fp = nullptr;  // ends the frame-pointer chain
+    ctx->pc = reinterpret_cast<void*>(entry);
+}
+
+// The name of this ABI, for reports.
+inline constexpr const char* abi_name = "x86-64 SysV";
+
+// Spin-wait hint.
+SPINDLE_ALWAYS_INLINE void cpu_relax() noexcept { __builtin_ia32_pause(); }
+
+}  // namespace spindle::arch

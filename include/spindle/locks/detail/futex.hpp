@@ -1,0 +1,30 @@
+// spindle/locks/detail/futex.hpp — the two futex calls spindle parks with.
+//
+// Private futexes only (FUTEX_*_PRIVATE): every word spindle waits on lives in
+// one process. futex_wait returns on a wake, a signal, a spurious wake-up, or
+// at once when *addr != expected; callers always re-check their condition.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+namespace spindle::detail {
+
+inline void futex_wait(std::atomic<std::uint32_t>* addr, std::uint32_t expected) noexcept {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected,
+              nullptr, nullptr, 0);
+}
+
+inline void futex_wake(std::atomic<std::uint32_t>* addr, int count) noexcept {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAKE_PRIVATE, count, nullptr,
+              nullptr, 0);
+}
+
+static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
+              "a futex word must be a plain 32-bit integer");
+
+}  // namespace spindle::detail

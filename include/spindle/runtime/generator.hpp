@@ -1,0 +1,267 @@
+// spindle/runtime/generator.hpp — stackful generators (asymmetric coroutines).
+//
+// A generator runs a function on its own small pooled stack. The function
+// yields values to whoever resumes it; each resume and each yield is one
+// inlined CACS switch (spindle/arch/), so a value passes for about the cost
+// of a function call and return (the CACS paper, §3.2 and Fig. 10):
+//
+//     spindle::generator<int> countdown([](auto& yield) {
+//         for (int i = 3; i > 0; --i) yield(i);
+//     });
+//     for (int v : countdown) std::printf("%d\n", v);   // 3 2 1
+//
+// Because the generator has a real stack, the yield can happen in any
+// function it calls, at any depth — no co_yield chain through every level
+// (Tower of Hanoi in examples/ and bench/switch). Pass the yielder down by
+// reference.
+//
+// Contract:
+//   next()       runs the body to its next yield: true, value() is that value;
+//                or to its end: false (and rethrows an exception that escaped
+//                the body). After false, next() keeps returning false.
+//   value()      the last yielded value; valid until the next next(). Small
+//                trivially copyable values are copied into the generator;
+//                others are referred to where the body holds them.
+//   begin()/end() range-for; begin() starts the body.
+//   ~generator   a body suspended mid-way is unwound: yield() throws an
+//                internal exception so destructors of the body's locals run.
+//                A body must let that exception pass (catch (...) must
+//                rethrow); one that yields again while unwinding is aborted.
+//   resuming a generator from inside its own body aborts (debug builds).
+//
+// A generator may be resumed from any thread or fiber, one at a time; it is
+// not itself synchronized. Stack: `stack_size` (default SPINDLE_STACK_SIZE or
+// 128 KiB, minimum 16 KiB); an overflow ends the process with a message
+// naming the generator.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <exception>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+#include <spindle/arch/context.hpp>
+#include <spindle/memory/stack.hpp>
+
+namespace spindle {
+
+namespace detail {
+
+// Thrown from yield() into a body whose generator is being destroyed.
+// Deliberately not derived from std::exception.
+struct generator_unwind {};
+
+std::uint64_t next_generator_id() noexcept;
+[[noreturn]] void generator_entry(arch::raw_context* self, arch::raw_context* from) noexcept;
+[[noreturn]] SPINDLE_COLD void generator_misuse(std::uint64_t id, const char* what) noexcept;
+
+struct generator_frame_base {
+    arch::context self;    // the body's context while suspended; first member
+    arch::context caller;  // whoever resumed us, while the body runs
+    bool done = false;       // the body returned or threw
+    bool started = false;    // the body has begun (set by the body itself)
+    bool unwinding = false;  // ~generator asked the body to unwind
+    bool running = false;    // debug check: resumed and not yet yielded back
+    std::exception_ptr error;
+    void (*invoke)(generator_frame_base*) = nullptr;
+    void (*destroy)(generator_frame_base*) = nullptr;
+    std::uint64_t id = 0;
+    stack_region stack;
+};
+static_assert(offsetof(generator_frame_base, self) == 0, "entry casts the context to its frame");
+// Offsets the generator's switches use: resume goes caller -> self, yield
+// self -> caller, both through the frame pointer kept in a register.
+inline constexpr std::size_t gen_self_off = offsetof(generator_frame_base, self);
+inline constexpr std::size_t gen_caller_off = offsetof(generator_frame_base, caller);
+
+// Resume (consumer side) and yield (body side): the frame travels in a
+// register both ways, `word` carries a small value from the body.
+SPINDLE_ALWAYS_INLINE generator_frame_base* gen_resume(generator_frame_base* f, std::uintptr_t& word) noexcept {
+    void* s = f;
+    arch::switch_shared<gen_caller_off, gen_self_off>(s, word);
+    return static_cast<generator_frame_base*>(s);
+}
+SPINDLE_ALWAYS_INLINE generator_frame_base* gen_yield(generator_frame_base* f, std::uintptr_t& word) noexcept {
+    void* s = f;
+    arch::switch_shared<gen_self_off, gen_caller_off>(s, word);
+    return static_cast<generator_frame_base*>(s);
+}
+
+void release_generator_frame(generator_frame_base* f) noexcept;
+
+}  // namespace detail
+
+template <class T>
+class generator {
+    static_assert(std::is_object_v<T> && !std::is_const_v<T>, "generator<T>: T must be a non-const object type");
+    // Small trivially copyable values travel by copy, others by address. A
+    // value that fits a machine word travels in a register through the switch.
+    static constexpr bool by_copy = std::is_trivially_copyable_v<T> && sizeof(T) <= 16;
+    static constexpr bool in_word = by_copy && sizeof(T) <= sizeof(std::uintptr_t);
+
+    struct frame_base : detail::generator_frame_base {
+        std::conditional_t<by_copy, T, const T*> slot{};
+        const T& get() const noexcept {
+            if constexpr (by_copy) return slot; else return *slot;
+        }
+    };
+
+public:
+    using value_type = T;
+
+    // Handed to the body; call it (or .yield) to produce a value.
+    class yielder {
+    public:
+        SPINDLE_ALWAYS_INLINE void yield(const T& v) {
+            frame_base* f = f_;
+            std::uintptr_t word = 0;
+            if constexpr (in_word) std::memcpy(&word, &v, sizeof(T));
+            else if constexpr (by_copy) f->slot = v;
+            else f->slot = std::addressof(v);
+#if SPINDLE_DEBUG_CHECKS
+            f->running = false;
+#endif
+            f = static_cast<frame_base*>(detail::gen_yield(f, word));
+            if (f->unwinding) [[unlikely]]
+                throw detail::generator_unwind{};
+        }
+        SPINDLE_ALWAYS_INLINE void operator()(const T& v) { yield(v); }
+        yielder(const yielder&) = delete;
+        yielder& operator=(const yielder&) = delete;
+
+    private:
+        friend class generator;
+        explicit yielder(frame_base* f) noexcept : f_(f) {}
+        frame_base* f_;
+    };
+
+    template <class Fn>
+        requires(!std::is_same_v<std::remove_cvref_t<Fn>, generator> &&
+                 std::is_invocable_v<std::decay_t<Fn>&, yielder&>)
+    explicit generator(Fn&& body, std::size_t stack_size = 0) {
+        using F = std::decay_t<Fn>;
+        struct frame : frame_base {
+            explicit frame(Fn&& b) : body(std::forward<Fn>(b)) {}
+            F body;
+        };
+        static_assert(alignof(frame) <= 64, "generator body over-aligned");
+        if (stack_size == 0) stack_size = detail::default_stack_size_from_env();
+        detail::stack_region st = detail::acquire_stack(stack_size);
+        auto top = reinterpret_cast<std::uintptr_t>(st.top);
+        top = (top - sizeof(frame)) & ~std::uintptr_t{63};
+        frame* f;
+        try {
+            f = ::new (reinterpret_cast<void*>(top)) frame(std::forward<Fn>(body));
+        } catch (...) {
+            detail::release_stack(st);
+            throw;
+        }
+        f->stack = st;
+        f->id = detail::next_generator_id();
+        f->invoke = [](detail::generator_frame_base* b) {
+            auto* self = static_cast<frame*>(b);
+            yielder y(self);
+            std::invoke(self->body, y);
+        };
+        f->destroy = [](detail::generator_frame_base* b) { static_cast<frame*>(b)->~frame(); };
+        detail::set_stack_owner(st, detail::stack_owner::generator, f->id);
+        void* stack_top = reinterpret_cast<void*>(top & ~std::uintptr_t{15});
+        arch::make_context(&f->self.regs, stack_top, &detail::generator_entry);
+        std::byte* bottom = st.top - st.usable;
+        arch::annotate_new_context(&f->self, bottom,
+                                   static_cast<std::size_t>(static_cast<std::byte*>(stack_top) - bottom));
+        f_ = f;
+    }
+
+    generator(generator&& o) noexcept : f_(std::exchange(o.f_, nullptr)) {}
+    generator& operator=(generator&& o) noexcept {
+        if (this != &o) {
+            reset();
+            f_ = std::exchange(o.f_, nullptr);
+        }
+        return *this;
+    }
+    generator(const generator&) = delete;
+    generator& operator=(const generator&) = delete;
+    ~generator() { reset(); }
+
+    // Run the body to its next yield (true) or its end (false).
+    SPINDLE_ALWAYS_INLINE bool next() {
+        frame_base* f = f_;
+        if (f == nullptr || f->done) [[unlikely]]
+            return false;
+        return resume(f);
+    }
+
+    [[nodiscard]] const T& value() const noexcept { return f_->get(); }
+    [[nodiscard]] bool done() const noexcept { return f_ == nullptr || f_->done; }
+    [[nodiscard]] std::uint64_t id() const noexcept { return f_ ? f_->id : 0; }
+
+    struct sentinel {};
+    class iterator {
+    public:
+        using value_type = T;
+        using difference_type = std::ptrdiff_t;
+        using reference = const T&;
+        iterator() = default;
+        const T& operator*() const noexcept { return g_->value(); }
+        const T* operator->() const noexcept { return std::addressof(g_->value()); }
+        iterator& operator++() {
+            at_end_ = !g_->resume(g_->f_);
+            return *this;
+        }
+        void operator++(int) { ++*this; }
+        friend bool operator==(const iterator& i, sentinel) noexcept { return i.at_end_; }
+
+    private:
+        friend class generator;
+        iterator(generator* g, bool at_end) noexcept : g_(g), at_end_(at_end) {}
+        generator* g_ = nullptr;
+        bool at_end_ = true;
+    };
+
+    iterator begin() { return iterator(this, !next()); }
+    sentinel end() noexcept { return {}; }
+
+private:
+    // f is not done.
+    SPINDLE_ALWAYS_INLINE bool resume(frame_base* f) {
+#if SPINDLE_DEBUG_CHECKS
+        if (f->running) detail::generator_misuse(f->id, "resumed from inside its own body");
+        f->running = true;
+#endif
+        std::uintptr_t word = 0;
+        f = static_cast<frame_base*>(detail::gen_resume(f, word));
+        if (f->done) [[unlikely]]
+            return finished(f);
+        if constexpr (in_word) std::memcpy(&f->slot, &word, sizeof(T));
+        return true;
+    }
+
+    SPINDLE_NOINLINE bool finished(frame_base* f) {
+        if (f->error) std::rethrow_exception(std::exchange(f->error, nullptr));
+        return false;
+    }
+
+    void reset() noexcept {
+        frame_base* f = std::exchange(f_, nullptr);
+        if (f == nullptr) return;
+        if (f->started && !f->done) {
+            f->unwinding = true;
+            std::uintptr_t word = 0;
+            f = static_cast<frame_base*>(detail::gen_resume(f, word));
+            if (!f->done) detail::generator_misuse(f->id, "yielded again while being destroyed");
+        }
+        detail::release_generator_frame(f);
+    }
+
+    frame_base* f_ = nullptr;
+};
+
+}  // namespace spindle

@@ -1,0 +1,70 @@
+// spindle/runtime/scheduler.hpp — the executor that runs fibers.
+//
+// A scheduler owns `workers` OS threads. Each worker runs the fibers placed
+// on it round-robin from its ready ring (see detail/worker.hpp for the
+// picture), switching directly from fiber to fiber; it falls back to its own
+// loop only when it has nothing ready, and then parks on a futex: an idle
+// scheduler uses no CPU.
+//
+//     spindle::scheduler sched({.workers = 1});
+//     auto f = sched.spawn([] { work(); });
+//     f.join();
+//     // ~scheduler() waits for every fiber, detached ones included.
+//
+// Placement today: a fiber spawned from a fiber of this scheduler starts on
+// the spawner's worker; one spawned from outside goes to the workers in turn.
+// Fibers stay on their worker. (The multi-worker executor adds work stealing
+// behind this same interface.)
+//
+// Contract:
+//   spawn() from any thread or fiber          starts a fiber, returns its handle
+//   ~scheduler() from outside its fibers      waits for all fibers, joins workers
+//   ~scheduler() from one of its own fibers   aborts with a message (deadlock)
+//   a fiber that never finishes               makes ~scheduler() wait forever
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <utility>
+
+#include <spindle/runtime/fiber.hpp>
+
+namespace spindle {
+
+class scheduler {
+public:
+    struct options {
+        // Worker threads; 0 means one per CPU (std::thread::hardware_concurrency).
+        unsigned workers = 0;
+        // Default usable stack size of its fibers; 0 means SPINDLE_STACK_SIZE
+        // from the environment, or 128 KiB. At least 16 KiB.
+        std::size_t stack_size = 0;
+    };
+
+    scheduler() : scheduler(options{}) {}
+    explicit scheduler(options opts);
+    ~scheduler();
+    scheduler(const scheduler&) = delete;
+    scheduler& operator=(const scheduler&) = delete;
+
+    template <class Fn>
+        requires std::is_invocable_v<std::decay_t<Fn>&>
+    [[nodiscard]] fiber spawn(Fn&& fn, fiber_options opts = {}) {
+        fiber f;
+        f.start(state_, std::forward<Fn>(fn), opts);
+        return f;
+    }
+
+    // Number of worker threads.
+    [[nodiscard]] unsigned workers() const noexcept;
+    // Usable stack bytes a fiber gets when its options do not say.
+    [[nodiscard]] std::size_t default_stack_size() const noexcept;
+    // Fibers spawned and not yet finished.
+    [[nodiscard]] std::size_t live_fibers() const noexcept;
+
+private:
+    friend detail::scheduler_state* detail::default_scheduler_state();
+    detail::scheduler_state* state_;
+};
+
+}  // namespace spindle

@@ -1,0 +1,8 @@
+// spindle/spindle.hpp — the whole public API.
+#pragma once
+
+#include <spindle/arch/context.hpp>
+#include <spindle/memory/stack.hpp>
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/generator.hpp>
+#include <spindle/runtime/scheduler.hpp>

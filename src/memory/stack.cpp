@@ -1,0 +1,783 @@
+// src/memory/stack.cpp — mapping, pooling and overflow reporting of stacks.
+//
+// The design is in include/spindle/memory/stack.hpp. This file has five parts:
+//
+//   1. the overflow registry: lock-free for its reader (the SIGSEGV handler),
+//      a mutex for its writers (acquire/release of a fresh mapping);
+//   2. mapping a stack: mmap, guard page, registry slot;
+//   3. the per-thread pool and the madvise release;
+//   4. the SIGSEGV handler and the per-thread sigaltstack;
+//   5. SPINDLE_STACK_SIZE.
+//
+// Everything the handler touches is either a lock-free atomic, memory that is
+// never freed, or `g_previous_segv`, which is written once before the handler
+// is installed.
+#include <spindle/memory/stack.hpp>
+
+#include <spindle/arch/config.hpp>
+
+#include <signal.h>
+#include <sys/auxv.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <ucontext.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+
+#if SPINDLE_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+
+// Guard regions (Linux 6.13). Old headers do not have the constant; the
+// kernel answers EINVAL if it does not know the advice, and we fall back.
+#ifndef MADV_GUARD_INSTALL
+#define MADV_GUARD_INSTALL 102
+#endif
+
+namespace spindle::detail {
+namespace {
+
+// ---------------------------------------------------------------------------
+// Helpers
+
+// Objects that must outlive every thread_local and static destructor (the
+// registry is read by a signal handler until the process is gone, and
+// released by threads still running at exit). Constant-initialized, never
+// destroyed.
+template <class T>
+union no_destroy {
+    T value;
+    constexpr no_destroy() : value() {}
+    ~no_destroy() {}
+};
+
+std::size_t page_size() noexcept {
+    static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+    return size;
+}
+
+constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
+
+std::string errno_name(int err) {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 32))
+    if (const char* name = ::strerrorname_np(err)) return name;
+#endif
+    return "errno " + std::to_string(err);
+}
+
+// `what` failed for a stack mapping of `bytes` bytes with `err`.
+[[noreturn]] SPINDLE_COLD void throw_map_error(int err, const char* what, std::size_t bytes) {
+    std::string msg = "spindle: ";
+    msg += what;
+    msg += " for a ";
+    msg += std::to_string(bytes);
+    msg += "-byte stack mapping failed with ";
+    msg += errno_name(err);
+    if (err == ENOMEM)
+        msg += " (out of address space, memory, or memory mappings: the process may have "
+               "reached vm.max_map_count, see /proc/sys/vm/max_map_count and raise it with "
+               "`sysctl -w vm.max_map_count=<n>`, or use smaller or fewer stacks)";
+    throw std::system_error(err, std::generic_category(), msg);
+}
+
+// ---------------------------------------------------------------------------
+// 1. Overflow registry
+//
+// Slot life cycle (transitions under g_registry.mutex, except owner_*):
+//
+//   free:        guard_base == 0, owner_id == index of the next free slot
+//   registered:  guard_base != 0, guard_size/usable/owner_* describe the stack
+//
+//   register:    fill guard_size, usable, owner_*   (relaxed)
+//                guard_base = base                   (release; pairs with the
+//                                                     handler's acquire load)
+//   unregister:  guard_base = 0                      (relaxed: the handler then
+//                                                     skips the slot; done before
+//                                                     the munmap)
+//
+// A slot stays registered while its stack sits in a pool: nothing runs there,
+// so it cannot produce a hit, and reuse from the pool costs no lock.
+
+struct registry_slot {
+    std::atomic<std::uintptr_t> guard_base{0};  // 0: slot free
+    std::atomic<std::size_t> usable{0};         // bytes from guard end to top
+    std::atomic<std::uint64_t> owner_id{0};     // fiber/generator id; free-list link when free
+    std::atomic<std::uint32_t> guard_size{0};   // bytes of guard at guard_base
+    std::atomic<stack_owner> owner_kind{stack_owner::none};
+    // Releases of this stack so far; drop_cold_pages looks at residency only
+    // on some of them. Touched only by the thread releasing the stack, which
+    // owns it then: relaxed.
+    std::atomic<std::uint16_t> releases{0};
+};
+static_assert(sizeof(registry_slot) == 32, "slots are packed two per cache line");
+// The handler reads these; only lock-free atomics are async-signal-safe.
+static_assert(std::atomic<std::uintptr_t>::is_always_lock_free);
+static_assert(std::atomic<std::size_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free);
+static_assert(std::atomic<std::uint32_t>::is_always_lock_free);
+static_assert(std::atomic<stack_owner>::is_always_lock_free);
+static_assert(std::atomic<registry_slot*>::is_always_lock_free);
+
+constexpr std::uint32_t slots_per_chunk = 4096;  // 128 KiB per chunk
+constexpr std::uint32_t max_chunks = 4096;       // 16 Mi stacks; the table is 32 KiB
+constexpr std::uint32_t no_slot = UINT32_MAX;    // end of the free list
+static_assert(std::uint64_t{slots_per_chunk} * max_chunks < no_slot, "slot indices must not reach no_slot");
+
+struct registry {
+    // chunks[i] covers slots [i * slots_per_chunk, (i + 1) * slots_per_chunk).
+    // Stored with release after the chunk is mapped (zeroed = all slots free);
+    // never cleared, never unmapped.
+    std::atomic<registry_slot*> chunks[max_chunks];
+    // Slots [0, bound) have been handed out at least once. Store (release) comes
+    // after the chunk pointer store, so a handler that loads bound (acquire)
+    // and then a chunk pointer below it finds the chunk published.
+    std::atomic<std::uint32_t> bound{0};
+    std::mutex mutex;                  // serializes slot allocation and freeing
+    std::uint32_t free_head = no_slot; // guarded by mutex
+};
+constinit no_destroy<registry> g_registry;
+
+registry_slot& slot_at(std::uint32_t index) noexcept {
+    // Relaxed is enough: only called for slots this thread allocated or was
+    // handed through a stack_region, which was published to it together with
+    // the chunk (the acquire/release that passed the region along).
+    return g_registry.value.chunks[index / slots_per_chunk].load(std::memory_order_relaxed)[index % slots_per_chunk];
+}
+
+std::uint32_t register_stack(std::byte* guard_base, std::size_t guard_size, std::size_t usable) {
+    registry& r = g_registry.value;
+    std::uint32_t index;
+    {
+        std::lock_guard<std::mutex> lock(r.mutex);
+        if (r.free_head != no_slot) {
+            index = r.free_head;
+            r.free_head = static_cast<std::uint32_t>(slot_at(index).owner_id.load(std::memory_order_relaxed));
+        } else {
+            index = r.bound.load(std::memory_order_relaxed);  // only written under the mutex
+            const std::uint32_t chunk = index / slots_per_chunk;
+            if (chunk >= max_chunks) {
+                const std::uint64_t limit = std::uint64_t{slots_per_chunk} * max_chunks;
+                throw std::system_error(ENOMEM, std::generic_category(),
+                                        "spindle: more than " + std::to_string(limit) + " stacks are live at once");
+            }
+            if (r.chunks[chunk].load(std::memory_order_relaxed) == nullptr) {
+                const std::size_t bytes = sizeof(registry_slot) * slots_per_chunk;
+                void* mem = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+                if (mem == MAP_FAILED) throw_map_error(errno, "mmap of the stack registry", bytes);
+                // Fresh anonymous memory is zero, which is what the slots'
+                // constructors write; construct them anyway to start their
+                // lifetime.
+                auto* slots = static_cast<registry_slot*>(mem);
+                for (std::uint32_t i = 0; i < slots_per_chunk; ++i) new (&slots[i]) registry_slot;
+                // Pairs with the handler's acquire load of chunks[chunk].
+                r.chunks[chunk].store(slots, std::memory_order_release);
+            }
+            // Pairs with the handler's acquire load of bound: the chunk pointer
+            // stored above is visible to whoever sees index < bound.
+            r.bound.store(index + 1, std::memory_order_release);
+        }
+    }
+    registry_slot& s = slot_at(index);
+    s.guard_size.store(static_cast<std::uint32_t>(guard_size), std::memory_order_relaxed);
+    s.usable.store(usable, std::memory_order_relaxed);
+    s.owner_kind.store(stack_owner::none, std::memory_order_relaxed);
+    s.owner_id.store(0, std::memory_order_relaxed);
+    // Pairs with the handler's acquire load: a handler that sees the base sees
+    // the fields above.
+    s.guard_base.store(reinterpret_cast<std::uintptr_t>(guard_base), std::memory_order_release);
+    return index;
+}
+
+void unregister_stack(std::uint32_t index) noexcept {
+    registry& r = g_registry.value;
+    registry_slot& s = slot_at(index);
+    // Relaxed: a handler that still reads the old base can at worst report a
+    // stack that is going away; the munmap that follows is a syscall, after
+    // which no fault can come from this range as *this* stack.
+    s.guard_base.store(0, std::memory_order_relaxed);
+    std::lock_guard<std::mutex> lock(r.mutex);
+    s.owner_id.store(r.free_head, std::memory_order_relaxed);  // free-list link (slot is free now)
+    r.free_head = index;
+}
+
+// ---------------------------------------------------------------------------
+// 2. Mapping a stack
+
+// Which guard method works. Relaxed everywhere: it is a hint that saves a
+// failing madvise per stack; every thread that reads `unknown` or a stale
+// value simply tries madvise first and stays correct.
+std::atomic<guard_method> g_guard_method{guard_method::unknown};
+
+// Whether the guard region just installed at `p` really faults. Some
+// environments accept advice they do not implement: qemu-user answers 0 to
+// every madvise it does not know, and a stack would then have no guard at all.
+// A kernel copying from a guard region fails with EFAULT, so we ask it to copy
+// one byte into a pipe. Done once per process.
+bool guard_region_faults(void* p) noexcept {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) return true;  // cannot tell (no fds left): trust the kernel
+    const ssize_t n = ::write(fds[1], p, 1);
+    const int err = errno;
+    ::close(fds[0]);
+    ::close(fds[1]);
+    return n < 0 && err == EFAULT;
+}
+
+// Makes [p, p + bytes) a guard. Returns 0 or an errno value.
+int install_guard(void* p, std::size_t bytes) noexcept {
+    const guard_method known = g_guard_method.load(std::memory_order_relaxed);
+    if (known != guard_method::mprotect) {
+        int err = 0;
+        // The kernel may ask us to retry (EAGAIN) when it races with page
+        // faults, and EINTR on a pending signal; both are transient.
+        for (int attempt = 0; attempt < 8; ++attempt) {
+            if (::madvise(p, bytes, MADV_GUARD_INSTALL) == 0) {
+                if (known == guard_method::guard_region) return 0;
+                if (guard_region_faults(p)) {
+                    g_guard_method.store(guard_method::guard_region, std::memory_order_relaxed);
+                    return 0;
+                }
+                err = EINVAL;  // accepted but ignored: treat as unsupported
+                break;
+            }
+            err = errno;
+            if (err != EAGAIN && err != EINTR) break;
+        }
+        if (err != EINVAL) return err;
+        // EINVAL: the kernel does not know guard regions (before 6.13), or
+        // refuses them for this mapping (mlock'ed). Remember only the first
+        // kind of answer: if guard regions ever worked they work in general.
+        if (known == guard_method::unknown) g_guard_method.store(guard_method::mprotect, std::memory_order_relaxed);
+    }
+    if (::mprotect(p, bytes, PROT_NONE) != 0) return errno;
+    return 0;
+}
+
+// Fresh mapping of `map_size` bytes with its guard and registry slot. `top`
+// and `usable` are filled in by the caller.
+stack_region map_stack(std::size_t map_size) {
+    const std::size_t page = page_size();
+    void* mem = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (mem == MAP_FAILED) throw_map_error(errno, "mmap", map_size);
+    auto* base = static_cast<std::byte*>(mem);
+    if (const int err = install_guard(base, page); err != 0) {
+        ::munmap(mem, map_size);
+        throw_map_error(err, "installing the guard page", map_size);
+    }
+    stack_region r;
+    r.map_base = base;
+    r.map_size = map_size;
+    try {
+        r.slot = register_stack(base, page, 0);
+    } catch (...) {
+        ::munmap(mem, map_size);
+        throw;
+    }
+    return r;
+}
+
+void unmap_stack(const stack_region& s) noexcept {
+    unregister_stack(s.slot);  // before the munmap: see the slot life cycle
+    ::munmap(s.map_base, s.map_size);
+}
+
+// Per-thread xorshift64 (Marsaglia's 13/7/17 triple, full period), seeded on
+// first use from the thread's TLS address and the clock through splitmix64.
+// Not a secure random source; it only has to spread stacks over cache sets.
+constinit thread_local std::uint64_t t_rng_state = 0;
+
+std::uint64_t next_random() noexcept {
+    std::uint64_t x = t_rng_state;
+    if (x == 0) {
+        timespec ts{};
+        ::clock_gettime(CLOCK_MONOTONIC, &ts);
+        const std::uint64_t now_ns =
+            static_cast<std::uint64_t>(ts.tv_sec) * 1000000000u + static_cast<std::uint64_t>(ts.tv_nsec);
+        std::uint64_t z = reinterpret_cast<std::uintptr_t>(&t_rng_state) ^ now_ns;
+        z += 0x9e3779b97f4a7c15u;  // splitmix64 finalizer
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9u;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebu;
+        x = (z ^ (z >> 31)) | 1;  // xorshift must not start at 0
+    }
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    t_rng_state = x;
+    return x;
+}
+
+// Bytes between `top` and the end of the mapping: [0, stack_start_jitter) in
+// steps of stack_top_alignment.
+std::size_t random_start_gap() noexcept {
+    constexpr std::uint64_t steps = stack_start_jitter / stack_top_alignment;  // 32
+    static_assert((steps & (steps - 1)) == 0, "a power of two keeps the draw unbiased");
+    return static_cast<std::size_t>((next_random() >> 32) % steps) * stack_top_alignment;
+}
+
+// Chooses a new random top for `s` and records its usable size.
+void place_top(stack_region& s) noexcept {
+    const std::size_t page = page_size();
+    s.top = s.map_base + s.map_size - random_start_gap();
+    s.usable = static_cast<std::size_t>(s.top - (s.map_base + page));
+    slot_at(s.slot).usable.store(s.usable, std::memory_order_relaxed);  // read by the handler of this thread
+#if SPINDLE_ASAN
+    // A fiber that died on this stack may have left its frames' redzones
+    // poisoned; the next one must start clean.
+    __asan_unpoison_memory_region(s.map_base + page, s.map_size - page);
+#endif
+}
+
+// ---------------------------------------------------------------------------
+// 3. Per-thread pool
+
+// Gives the kernel back the pages of a stack below its hot window, if the
+// stack ever went that deep (the mapping stays; the pages read as zero again).
+//
+// The residency check is a system call (about a microsecond here), which
+// would dominate the create/destroy cycle of a short-lived generator or
+// fiber. So it runs on the first release of each stack and then on every
+// stack_residency_check_period-th one: a stack that goes deep and is then
+// reused shallowly keeps its deep pages for at most that many reuses, and the
+// pool bounds how many such stacks a thread keeps anyway.
+void drop_cold_pages(const stack_region& s) noexcept {
+    const std::size_t page = page_size();
+    if (s.usable <= stack_hot_window + page) return;
+    std::atomic<std::uint16_t>& releases = slot_at(s.slot).releases;
+    const std::uint16_t n = releases.load(std::memory_order_relaxed);
+    releases.store(static_cast<std::uint16_t>(n + 1), std::memory_order_relaxed);
+    if (n % stack_residency_check_period != 0) return;
+    std::byte* const guard_end = s.map_base + page;
+    const auto cold_end_addr = (reinterpret_cast<std::uintptr_t>(s.top) - stack_hot_window) & ~(page - 1);
+    auto* const cold_end = reinterpret_cast<std::byte*>(cold_end_addr);
+    if (cold_end <= guard_end) return;
+    // Stacks grow down contiguously: if the page right below the hot window
+    // is resident, the stack went at least that deep at some point.
+    unsigned char resident = 0;
+    if (::mincore(cold_end - page, page, &resident) != 0 || (resident & 1) == 0) return;
+    ::madvise(guard_end, static_cast<std::size_t>(cold_end - guard_end), MADV_DONTNEED);
+}
+
+// Lifetime of this thread's pool. Trivially destructible, so it can be read
+// at any point of thread exit, also after t_pool was destroyed.
+enum class pool_state : std::uint8_t { unborn, alive, dead };
+constinit thread_local pool_state t_pool_state = pool_state::unborn;
+
+struct stack_pool {
+    stack_region entries[stack_pool_capacity];  // [0, count) hold pooled stacks, oldest first
+    // (a linear array: 64 entries of 40 bytes shift faster than a munmap)
+    std::size_t count = 0;
+
+    stack_pool() noexcept { t_pool_state = pool_state::alive; }
+    ~stack_pool() {
+        t_pool_state = pool_state::dead;  // releases from later destructors unmap directly
+        for (std::size_t i = 0; i < count; ++i) unmap_stack(entries[i]);
+        count = 0;
+    }
+    stack_pool(const stack_pool&) = delete;
+    stack_pool& operator=(const stack_pool&) = delete;
+
+    // Most recently pooled stack of this mapping size (its top is warmest).
+    bool take(std::size_t map_size, stack_region& out) noexcept {
+        for (std::size_t i = count; i-- > 0;) {
+            if (entries[i].map_size != map_size) continue;
+            out = entries[i];
+            for (std::size_t j = i + 1; j < count; ++j) entries[j - 1] = entries[j];
+            --count;
+            return true;
+        }
+        return false;
+    }
+    // Pools `s`. When the pool is full the oldest (coldest) stack makes room:
+    // it is returned in `evicted` for the caller to unmap.
+    bool put(const stack_region& s, stack_region& evicted) noexcept {
+        bool full = count == stack_pool_capacity;
+        if (full) {
+            evicted = entries[0];
+            for (std::size_t j = 1; j < count; ++j) entries[j - 1] = entries[j];
+            --count;
+        }
+        entries[count++] = s;
+        return full;
+    }
+};
+thread_local stack_pool t_pool;
+
+// This thread's pool, or nullptr once it was destroyed at thread exit. The
+// first call constructs it (and registers its destructor).
+stack_pool* this_thread_pool() noexcept {
+    if (t_pool_state == pool_state::dead) return nullptr;
+    return &t_pool;
+}
+
+// ---------------------------------------------------------------------------
+// 4. SIGSEGV handler and sigaltstack
+
+// The SIGSEGV disposition before ours. Written once, under g_install_mutex,
+// before our handler is installed; the sigaction() that installs the handler
+// is a syscall, which orders the write before any delivery of our handler.
+struct sigaction g_previous_segv;
+std::mutex g_install_mutex;
+// Pairs: store(release) after installing, load(acquire) in the fast path of
+// install_overflow_handler, so a caller that sees `true` sees a finished
+// installation.
+std::atomic<bool> g_handler_installed{false};
+
+// --- async-signal-safe formatting ---
+
+struct signal_buffer {
+    char data[512];
+    std::size_t length = 0;
+
+    void put(const char* s) noexcept {
+        while (*s != '\0' && length < sizeof data) data[length++] = *s++;
+    }
+    void put_decimal(std::uint64_t v) noexcept {
+        char digits[20];  // UINT64_MAX has 20 decimal digits
+        std::size_t n = 0;
+        do {
+            digits[n++] = static_cast<char>('0' + v % 10);
+            v /= 10;
+        } while (v != 0);
+        while (n > 0 && length < sizeof data) data[length++] = digits[--n];
+    }
+    void put_hex(std::uint64_t v) noexcept {
+        char digits[16];
+        std::size_t n = 0;
+        do {
+            digits[n++] = "0123456789abcdef"[v & 0xf];
+            v >>= 4;
+        } while (v != 0);
+        while (n > 0 && length < sizeof data) data[length++] = digits[--n];
+    }
+    void write_to_stderr() const noexcept {
+        std::size_t done = 0;
+        while (done < length) {
+            const ssize_t n = ::write(STDERR_FILENO, data + done, length - done);
+            if (n > 0) {
+                done += static_cast<std::size_t>(n);
+            } else if (n < 0 && errno == EINTR) {
+                continue;
+            } else {
+                return;
+            }
+        }
+    }
+};
+
+[[noreturn]] void report_overflow_and_abort(const registry_slot& s) noexcept {
+    const auto kind = s.owner_kind.load(std::memory_order_relaxed);
+    const std::uint64_t id = s.owner_id.load(std::memory_order_relaxed);
+    const std::uint64_t usable = s.usable.load(std::memory_order_relaxed);
+    signal_buffer out;
+    switch (kind) {
+        case stack_owner::fiber:
+            out.put("spindle: fiber ");
+            out.put_decimal(id);
+            out.put(" overflowed its ");
+            out.put_decimal(usable);
+            out.put("-byte stack; raise it with spindle::fiber_options::stack_size or "
+                    "spindle::scheduler::options::stack_size (SPINDLE_STACK_SIZE=<bytes> for the default)\n");
+            break;
+        case stack_owner::generator:
+            out.put("spindle: generator ");
+            out.put_decimal(id);
+            out.put(" overflowed its ");
+            out.put_decimal(usable);
+            out.put("-byte stack; raise it with the stack_size argument of spindle::generator\n");
+            break;
+        case stack_owner::none:
+        default:
+            out.put("spindle: stack at 0x");
+            out.put_hex(s.guard_base.load(std::memory_order_relaxed));
+            out.put(" overflowed its ");
+            out.put_decimal(usable);
+            out.put("-byte stack\n");
+            break;
+    }
+    out.write_to_stderr();
+    // A SIGABRT handler of the program must not turn this into something
+    // else (or return into the overflowed fiber).
+    struct sigaction dfl{};
+    dfl.sa_handler = SIG_DFL;
+    ::sigemptyset(&dfl.sa_mask);
+    ::sigaction(SIGABRT, &dfl, nullptr);
+    std::abort();
+}
+
+std::uintptr_t stack_pointer_of([[maybe_unused]] const void* ucontext) noexcept {
+    const auto* uc = static_cast<const ucontext_t*>(ucontext);
+#if defined(__x86_64__)
+    return static_cast<std::uintptr_t>(uc->uc_mcontext.gregs[REG_RSP]);
+#elif defined(__aarch64__)
+    return static_cast<std::uintptr_t>(uc->uc_mcontext.sp);
+#else
+    return 0;  // no stack-pointer rule on other targets
+#endif
+}
+
+// The registered stack this fault overflowed, or nullptr. See the rules at
+// install_overflow_handler() in the header.
+const registry_slot* find_overflowed_stack(std::uintptr_t addr, std::uintptr_t sp) noexcept {
+    registry& r = g_registry.value;
+    const std::uint32_t bound = r.bound.load(std::memory_order_acquire);  // pairs with register_stack
+    const registry_slot* sp_candidate = nullptr;
+    bool sp_inside_other_stack = false;
+    for (std::uint32_t chunk = 0; chunk * slots_per_chunk < bound; ++chunk) {
+        // Pairs with the release store that published the chunk.
+        const registry_slot* slots = r.chunks[chunk].load(std::memory_order_acquire);
+        if (slots == nullptr) continue;
+        const std::uint32_t in_chunk =
+            bound - chunk * slots_per_chunk < slots_per_chunk ? bound - chunk * slots_per_chunk : slots_per_chunk;
+        for (std::uint32_t i = 0; i < in_chunk; ++i) {
+            const registry_slot& s = slots[i];
+            // Pairs with the release store in register_stack.
+            const std::uintptr_t base = s.guard_base.load(std::memory_order_acquire);
+            if (base == 0) continue;
+            const std::uintptr_t guard_end = base + s.guard_size.load(std::memory_order_relaxed);
+            const std::uintptr_t top = guard_end + s.usable.load(std::memory_order_relaxed);
+            // Rule (a): the access itself hit the guard.
+            if (addr >= base && addr < guard_end) return &s;
+            // Rule (b), first half: sp near this guard.
+            const std::uintptr_t low = base > stack_overflow_sp_below ? base - stack_overflow_sp_below : 0;
+            const bool sp_near_guard = sp >= low && sp < guard_end + stack_overflow_sp_above;
+            if (sp_near_guard && sp_candidate == nullptr) {
+                // The access lies in the new frame: at most a page below sp (a
+                // push, the red zone, a probe) up to the guard it jumped over.
+                const std::uintptr_t reach = guard_end - base;  // one page; no page_size() here
+                const std::uintptr_t access_low = sp > reach ? sp - reach : 0;
+                if (addr >= access_low && addr < guard_end) sp_candidate = &s;
+            }
+            // sp in the healthy part of a stack: that stack is running, and
+            // this fault is not a jump over a neighbour's guard.
+            if (sp >= guard_end + stack_overflow_sp_above && sp < top) sp_inside_other_stack = true;
+        }
+    }
+    return sp_inside_other_stack ? nullptr : sp_candidate;
+}
+
+// Hands the fault to whoever had SIGSEGV before us.
+void chain_to_previous(int sig, siginfo_t* info, void* ucontext) noexcept {
+    const struct sigaction& prev = g_previous_segv;
+    if (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) {
+        // Default action: restore it and let the fault happen again (it does,
+        // when we return to the faulting instruction). A SIGSEGV sent with
+        // kill() does not repeat by itself: raise it again; it stays pending
+        // (SIGSEGV is blocked while we run) and kills us once we return.
+        struct sigaction dfl{};
+        dfl.sa_handler = SIG_DFL;
+        ::sigemptyset(&dfl.sa_mask);
+        ::sigaction(SIGSEGV, &dfl, nullptr);
+        if (info == nullptr || info->si_code <= 0) ::raise(sig);
+        return;
+    }
+    if ((prev.sa_flags & SA_SIGINFO) != 0) {
+        prev.sa_sigaction(sig, info, ucontext);
+    } else {
+        prev.sa_handler(sig);
+    }
+}
+
+void spindle_segv_handler(int sig, siginfo_t* info, void* ucontext) {
+    const int saved_errno = errno;
+    // si_code <= 0: sent by kill()/raise()/sigqueue(); si_addr means nothing.
+    if (info != nullptr && info->si_code > 0) {
+        const auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
+        const std::uintptr_t sp = ucontext != nullptr ? stack_pointer_of(ucontext) : 0;
+        if (const registry_slot* hit = find_overflowed_stack(addr, sp)) report_overflow_and_abort(*hit);
+    }
+    chain_to_previous(sig, info, ucontext);
+    errno = saved_errno;
+}
+
+SPINDLE_COLD void install_process_handler() {
+    std::lock_guard<std::mutex> lock(g_install_mutex);
+    if (g_handler_installed.load(std::memory_order_relaxed)) return;  // under the mutex
+    struct sigaction previous{};
+    if (::sigaction(SIGSEGV, nullptr, &previous) != 0)
+        throw std::system_error(errno, std::generic_category(), "spindle: reading the SIGSEGV disposition");
+    g_previous_segv = previous;
+    struct sigaction ours{};
+    ours.sa_sigaction = &spindle_segv_handler;
+    ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
+    ::sigemptyset(&ours.sa_mask);
+    struct sigaction replaced{};
+    if (::sigaction(SIGSEGV, &ours, &replaced) != 0)
+        throw std::system_error(errno, std::generic_category(), "spindle: installing the SIGSEGV handler");
+    // Someone changed it between the two calls (another thread, outside our
+    // mutex): chain to what we actually replaced. A fault in that window
+    // would have chained to the older handler, which is the best we can do.
+    if (replaced.sa_handler != previous.sa_handler) g_previous_segv = replaced;
+    g_handler_installed.store(true, std::memory_order_release);  // pairs with the fast-path load
+}
+
+// This thread's sigaltstack, when spindle installed it.
+struct thread_altstack {
+    std::byte* map = nullptr;  // guard page + stack
+    std::size_t map_size = 0;
+
+    constexpr thread_altstack() noexcept = default;
+    thread_altstack(const thread_altstack&) = delete;
+    thread_altstack& operator=(const thread_altstack&) = delete;
+    ~thread_altstack() {
+        if (map == nullptr) return;
+        stack_t current{};
+        if (::sigaltstack(nullptr, &current) == 0) {
+            if ((current.ss_flags & SS_ONSTACK) != 0) return;  // cannot happen at thread exit; keep it
+            if (current.ss_sp == map + page_size()) {
+                stack_t disable{};
+                disable.ss_flags = SS_DISABLE;
+                ::sigaltstack(&disable, nullptr);
+            }
+        }
+        ::munmap(map, map_size);
+        map = nullptr;
+    }
+};
+constinit thread_local bool t_altstack_checked = false;
+thread_local thread_altstack t_altstack;
+
+SPINDLE_COLD void install_thread_altstack() {
+    stack_t current{};
+    if (::sigaltstack(nullptr, &current) != 0)
+        throw std::system_error(errno, std::generic_category(), "spindle: reading the sigaltstack");
+    if ((current.ss_flags & SS_DISABLE) == 0) {  // the thread has one (ASan's, the program's)
+        t_altstack_checked = true;
+        return;
+    }
+    const std::size_t page = page_size();
+    std::size_t size = altstack_min_size;
+    // The kernel's minimum signal frame grows with the CPU's register state
+    // (AVX-512, AMX); keep a margin of four frames for the handler's own use.
+    if (const unsigned long min_frame = ::getauxval(AT_MINSIGSTKSZ); min_frame * 4 > size) size = min_frame * 4;
+    size = round_up(size, page);
+    const std::size_t map_size = page + size;
+    void* mem = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+    if (mem == MAP_FAILED) throw_map_error(errno, "mmap of the signal stack", map_size);
+    auto* base = static_cast<std::byte*>(mem);
+    if (const int err = install_guard(base, page); err != 0) {
+        ::munmap(mem, map_size);
+        throw_map_error(err, "installing the signal stack's guard page", map_size);
+    }
+    stack_t ss{};
+    ss.ss_sp = base + page;
+    ss.ss_size = size;
+    ss.ss_flags = 0;
+    if (::sigaltstack(&ss, nullptr) != 0) {
+        const int err = errno;
+        ::munmap(mem, map_size);
+        throw std::system_error(err, std::generic_category(), "spindle: installing a sigaltstack");
+    }
+    t_altstack.map = base;  // first use constructs t_altstack and registers its destructor
+    t_altstack.map_size = map_size;
+    t_altstack_checked = true;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Public entry points
+
+guard_method stack_guard_method() noexcept { return g_guard_method.load(std::memory_order_relaxed); }
+
+void install_overflow_handler() {
+    if (!g_handler_installed.load(std::memory_order_acquire)) install_process_handler();  // pairs with its store
+    if (!t_altstack_checked) install_thread_altstack();
+}
+
+stack_region acquire_stack(std::size_t size) {
+    if (size < min_stack_size)
+        throw std::invalid_argument("spindle: stack size " + std::to_string(size) + " is below the minimum of " +
+                                    std::to_string(min_stack_size) + " bytes");
+    install_overflow_handler();
+    const std::size_t page = page_size();
+    // guard + body + headroom (the random gap lives in the headroom page).
+    if (size > SIZE_MAX / 2) throw_map_error(ENOMEM, "mmap", size);  // round_up would wrap
+    const std::size_t map_size = page + round_up(size, page) + page;
+    stack_region r;
+    stack_pool* pool = this_thread_pool();
+    if (pool == nullptr || !pool->take(map_size, r)) r = map_stack(map_size);
+    place_top(r);
+    return r;
+}
+
+void release_stack(stack_region& s) noexcept {
+    if (!s) return;
+    slot_at(s.slot).owner_kind.store(stack_owner::none, std::memory_order_relaxed);  // nobody runs here now
+    stack_pool* pool = this_thread_pool();
+    if (pool == nullptr) {  // thread exit, after the pool was destroyed
+        unmap_stack(s);
+    } else {
+        drop_cold_pages(s);
+        stack_region evicted;
+        if (pool->put(s, evicted)) unmap_stack(evicted);
+    }
+    s = stack_region{};
+}
+
+void set_stack_owner(const stack_region& s, stack_owner kind, std::uint64_t id) noexcept {
+    registry_slot& slot = slot_at(s.slot);
+    // Relaxed: read by the SIGSEGV handler of the thread that runs on this
+    // stack, which switched onto it after this call (program order, or the
+    // synchronization that handed the fiber over to it).
+    slot.owner_id.store(id, std::memory_order_relaxed);
+    slot.owner_kind.store(kind, std::memory_order_relaxed);
+}
+
+// ---------------------------------------------------------------------------
+// 5. SPINDLE_STACK_SIZE
+
+std::optional<std::size_t> parse_stack_size(const char* text) noexcept {
+    if (text == nullptr || *text < '0' || *text > '9') return std::nullopt;
+    std::size_t value = 0;
+    const char* p = text;
+    for (; *p >= '0' && *p <= '9'; ++p) {
+        const auto digit = static_cast<std::size_t>(*p - '0');
+        if (value > (SIZE_MAX - digit) / 10) return std::nullopt;  // overflow
+        value = value * 10 + digit;
+    }
+    std::size_t unit = 1;
+    if (*p == 'K' || *p == 'k') {
+        unit = 1024;
+        ++p;
+    } else if (*p == 'M' || *p == 'm') {
+        unit = 1024 * 1024;
+        ++p;
+    }
+    if (*p != '\0') return std::nullopt;
+    if (value > SIZE_MAX / unit) return std::nullopt;
+    value *= unit;
+    if (value < min_stack_size) return std::nullopt;
+    return value;
+}
+
+std::size_t default_stack_size_from_env() {
+    static const std::size_t value = [] {
+        const char* text = std::getenv("SPINDLE_STACK_SIZE");
+        if (text == nullptr) return default_stack_size;
+        const std::optional<std::size_t> parsed = parse_stack_size(text);
+        if (!parsed) {
+            std::fprintf(stderr,
+                         "spindle: SPINDLE_STACK_SIZE='%s' is not a valid stack size (bytes, or with K/M "
+                         "suffix; at least %zu)\n",
+                         text, min_stack_size);
+            std::exit(2);
+        }
+        return *parsed;
+    }();
+    return value;
+}
+
+}  // namespace spindle::detail

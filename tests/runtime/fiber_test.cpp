@@ -1,0 +1,268 @@
+// Fibers and the scheduler: spawn, yield order, join (from threads and from
+// fibers, before and after the fiber finished), detach, ids, exceptions,
+// cross-scheduler joins, idle CPU, misuse deaths, and values living across
+// yields.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <ctime>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/scheduler.hpp>
+
+namespace {
+
+using spindle::fiber;
+using spindle::scheduler;
+namespace this_fiber = spindle::this_fiber;
+
+TEST(Fiber, SpawnAndJoinFromThread) {
+    scheduler sched({.workers = 1});
+    int x = 0;
+    fiber f = sched.spawn([&] { x = 42; });
+    EXPECT_TRUE(f.joinable());
+    f.join();
+    EXPECT_FALSE(f.joinable());
+    EXPECT_EQ(x, 42);
+}
+
+TEST(Fiber, YieldIsRoundRobinOnOneWorker) {
+    scheduler sched({.workers = 1});
+    std::vector<int> order;
+    std::atomic<bool> go{false};
+    fiber outer = sched.spawn([&] {
+        // Spawned from a fiber: all three land on this worker, in order.
+        std::vector<fiber> fs;
+        for (int id = 0; id < 3; ++id) {
+            fs.push_back(fiber([&order, id] {
+                for (int r = 0; r < 3; ++r) {
+                    order.push_back(id);
+                    this_fiber::yield();
+                }
+            }));
+        }
+        for (auto& f : fs) f.join();
+        go = true;
+    });
+    outer.join();
+    EXPECT_TRUE(go);
+    std::vector<int> want = {0, 1, 2, 0, 1, 2, 0, 1, 2};
+    EXPECT_EQ(order, want);
+}
+
+TEST(Fiber, YieldFromPlainThreadIsHarmless) {
+    this_fiber::yield();
+    EXPECT_FALSE(this_fiber::is_fiber());
+    EXPECT_EQ(this_fiber::get_id(), fiber::id());
+}
+
+TEST(Fiber, IdsAreUniqueAndVisibleInside) {
+    scheduler sched({.workers = 1});
+    std::vector<fiber> fs;
+    std::vector<std::uint64_t> seen(50);
+    for (int i = 0; i < 50; ++i)
+        fs.push_back(sched.spawn([&seen, i] { seen[i] = this_fiber::get_id().value(); }));
+    std::vector<std::uint64_t> ids;
+    for (auto& f : fs) ids.push_back(f.get_id().value());
+    for (auto& f : fs) f.join();
+    for (int i = 0; i < 50; ++i) {
+        EXPECT_NE(ids[i], 0u);
+        EXPECT_EQ(seen[i], ids[i]);
+        for (int j = 0; j < i; ++j) EXPECT_NE(ids[i], ids[j]);
+    }
+}
+
+TEST(Fiber, ExceptionPropagatesToJoin) {
+    scheduler sched({.workers = 1});
+    fiber f = sched.spawn([] { throw std::runtime_error("boom"); });
+    try {
+        f.join();
+        FAIL() << "join() did not rethrow";
+    } catch (const std::runtime_error& e) {
+        EXPECT_STREQ(e.what(), "boom");
+    }
+    EXPECT_FALSE(f.joinable());
+}
+
+TEST(Fiber, JoinFromFiberBeforeAndAfterFinish) {
+    scheduler sched({.workers = 1});
+    std::vector<int> log;
+    fiber main = sched.spawn([&] {
+        fiber slow([&] {
+            for (int i = 0; i < 5; ++i) this_fiber::yield();
+            log.push_back(1);
+        });
+        fiber quick([&] { log.push_back(2); });
+        slow.join();  // blocks this fiber; quick finishes meanwhile
+        log.push_back(3);
+        quick.join();  // already finished: returns at once
+        log.push_back(4);
+    });
+    main.join();
+    EXPECT_EQ(log, (std::vector<int>{2, 1, 3, 4}));
+}
+
+TEST(Fiber, JoinAcrossSchedulers) {
+    scheduler a({.workers = 1});
+    scheduler b({.workers = 1});
+    std::atomic<int> step{0};
+    fiber target = a.spawn([&] {
+        while (step.load() == 0) this_fiber::yield();  // until b's fiber waits
+        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        step = 2;
+    });
+    fiber joiner = b.spawn([&] {
+        step = 1;
+        target.join();  // a fiber of b waits for a fiber of a
+        EXPECT_EQ(step.load(), 2);
+        step = 3;
+    });
+    joiner.join();
+    EXPECT_EQ(step.load(), 3);
+}
+
+TEST(Fiber, DetachedFibersFinishBeforeSchedulerDies) {
+    std::atomic<int> done{0};
+    {
+        scheduler sched({.workers = 2});
+        for (int i = 0; i < 100; ++i) {
+            sched.spawn([&] {
+                for (int k = 0; k < 10; ++k) this_fiber::yield();
+                done.fetch_add(1);
+            }).detach();
+        }
+    }  // ~scheduler waits for all
+    EXPECT_EQ(done.load(), 100);
+}
+
+TEST(Fiber, ManyFibersManyYieldsSeveralWorkers) {
+    for (unsigned workers : {1u, 2u, 4u}) {
+        scheduler sched({.workers = workers});
+        std::atomic<long> total{0};
+        std::vector<fiber> fs;
+        for (int i = 0; i < 200; ++i) {
+            fs.push_back(sched.spawn([&total] {
+                long local = 0;
+                for (int k = 0; k < 100; ++k) {
+                    local += k;
+                    this_fiber::yield();
+                }
+                total.fetch_add(local);
+            }));
+        }
+        for (auto& f : fs) f.join();
+        EXPECT_EQ(total.load(), 200L * (99 * 100 / 2)) << workers << " workers";
+    }
+}
+
+TEST(Fiber, ValuesSurviveYieldsWhileOthersChurn) {
+    // Each fiber keeps many values live across yields while the others run:
+    // a missing clobber in the inlined switch would corrupt them.
+    scheduler sched({.workers = 1});
+    std::atomic<int> bad{0};
+    std::vector<fiber> fs;
+    for (int i = 0; i < 8; ++i) {
+        fs.push_back(sched.spawn([i, &bad] {
+            volatile int seed = i + 1;
+            int a = seed * 3, b = seed * 5, c = seed * 7, d = seed * 11, e = seed * 13;
+            double x = seed * 0.5, y = seed * 1.5, z = seed * 2.5;
+            for (int r = 0; r < 100; ++r) {
+                this_fiber::yield();
+                int s = seed;
+                if (a != s * 3 || b != s * 5 || c != s * 7 || d != s * 11 || e != s * 13 ||
+                    x != s * 0.5 || y != s * 1.5 || z != s * 2.5)
+                    bad.fetch_add(1);
+            }
+        }));
+    }
+    for (auto& f : fs) f.join();
+    EXPECT_EQ(bad.load(), 0);
+}
+
+TEST(Fiber, SpawnFromAnotherThreadWhileRunning) {
+    scheduler sched({.workers = 1});
+    std::atomic<bool> stop{false};
+    std::atomic<int> count{0};
+    fiber spinner = sched.spawn([&] {
+        while (!stop.load()) this_fiber::yield();  // keeps the worker busy in yields
+    });
+    std::vector<fiber> fs;
+    for (int i = 0; i < 50; ++i) fs.push_back(sched.spawn([&] { count.fetch_add(1); }));
+    for (auto& f : fs) f.join();  // completes although one fiber never blocks
+    stop = true;
+    spinner.join();
+    EXPECT_EQ(count.load(), 50);
+}
+
+TEST(Fiber, IdleSchedulerUsesAlmostNoCpu) {
+    scheduler sched({.workers = 2});
+    sched.spawn([] {}).join();
+    timespec t0{}, t1{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t0);
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t1);
+    double used = (t1.tv_sec - t0.tv_sec) + (t1.tv_nsec - t0.tv_nsec) * 1e-9;
+    // Parked workers burn nothing; allow for sanitizer runtimes' own threads.
+    EXPECT_LT(used, 0.05) << "an idle scheduler used " << used << " s of CPU in 0.5 s";
+}
+
+TEST(Fiber, StackSizeOptionIsHonoured) {
+    scheduler sched({.workers = 1, .stack_size = 64 * 1024});
+    EXPECT_EQ(sched.default_stack_size(), 64u * 1024u);
+    // Use most of a 256 KiB stack: would overflow the 64 KiB default.
+    fiber f = sched.spawn(
+        [] {
+            volatile char big[200 * 1024];
+            big[0] = 1;
+            big[sizeof(big) - 1] = 2;
+            EXPECT_EQ(big[0] + big[sizeof(big) - 1], 3);
+        },
+        {.stack_size = 256 * 1024});
+    f.join();
+}
+
+TEST(Fiber, TooSmallStackIsRejected) {
+    EXPECT_THROW(scheduler({.workers = 1, .stack_size = 4096}), std::invalid_argument);
+}
+
+TEST(FiberDeath, DestroyingJoinableHandleAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            fiber f = sched.spawn([] {});
+            fiber::id id = f.get_id();
+            (void)id;
+            // f goes out of scope joinable
+        },
+        "spindle: fiber [0-9]+: its joinable handle was destroyed; call join\\(\\) or detach\\(\\)");
+}
+
+TEST(FiberDeath, JoinTwiceAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            fiber f = sched.spawn([] {});
+            f.join();
+            f.join();
+        },
+        "spindle: join\\(\\) on a fiber handle that is not joinable");
+}
+
+TEST(FiberDeath, SchedulerDestroyedFromItsOwnFiberAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            auto* sched = new scheduler({.workers = 1});
+            sched->spawn([sched] { delete sched; }).join();
+        },
+        "spindle: scheduler destroyed from its own fiber [0-9]+");
+}
+
+}  // namespace

@@ -1,0 +1,209 @@
+// Generators: values in order, range-for, yields from nested and recursive
+// calls (Tower of Hanoi), exceptions, early destruction unwinding the body,
+// non-trivial value types, use inside fibers, and misuse.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/generator.hpp>
+#include <spindle/runtime/scheduler.hpp>
+
+namespace {
+
+using spindle::generator;
+
+TEST(Generator, YieldsInOrderThenEnds) {
+    generator<int> g([](auto& y) {
+        for (int i = 3; i > 0; --i) y(i);
+    });
+    std::vector<int> got;
+    while (g.next()) got.push_back(g.value());
+    EXPECT_EQ(got, (std::vector<int>{3, 2, 1}));
+    EXPECT_TRUE(g.done());
+    EXPECT_FALSE(g.next());  // stays finished
+}
+
+TEST(Generator, RangeFor) {
+    std::uint64_t sum = 0;
+    for (std::uint64_t v : generator<std::uint64_t>([](auto& y) {
+             for (std::uint64_t c = 1000; c != 0; --c) y(c);
+         }))
+        sum += v;
+    EXPECT_EQ(sum, 1000u * 1001u / 2u);
+}
+
+TEST(Generator, EmptyBody) {
+    generator<int> g([](auto&) {});
+    int n = 0;
+    for (int v : g) n += v + 1;
+    EXPECT_EQ(n, 0);
+}
+
+void hanoi(generator<int>::yielder& y, int n, int from, int to, int via) {
+    if (n == 0) return;
+    hanoi(y, n - 1, from, via, to);
+    y(n | (from << 8) | (to << 16));
+    hanoi(y, n - 1, via, to, from);
+}
+
+void hanoi_direct(std::vector<int>& out, int n, int from, int to, int via) {
+    if (n == 0) return;
+    hanoi_direct(out, n - 1, from, via, to);
+    out.push_back(n | (from << 8) | (to << 16));
+    hanoi_direct(out, n - 1, via, to, from);
+}
+
+TEST(Generator, YieldFromRecursionTowerOfHanoi) {
+    for (int disks : {1, 5, 12}) {
+        generator<int> g([disks](generator<int>::yielder& y) { hanoi(y, disks, 0, 2, 1); });
+        std::vector<int> moves;
+        for (int m : g) moves.push_back(m);
+        std::vector<int> want;
+        hanoi_direct(want, disks, 0, 2, 1);
+        EXPECT_EQ(moves.size(), (1u << disks) - 1);
+        EXPECT_EQ(moves, want);
+    }
+}
+
+TEST(Generator, ExceptionReachesResumer) {
+    generator<int> g([](auto& y) {
+        y(1);
+        throw std::logic_error("bad");
+    });
+    ASSERT_TRUE(g.next());
+    EXPECT_EQ(g.value(), 1);
+    EXPECT_THROW(g.next(), std::logic_error);
+    EXPECT_TRUE(g.done());
+    EXPECT_FALSE(g.next());
+}
+
+TEST(Generator, EarlyDestructionUnwindsTheBody) {
+    auto alive = std::make_shared<int>(7);
+    std::weak_ptr<int> watch = alive;
+    bool cleaned = false;
+    {
+        generator<int> g([held = std::move(alive), &cleaned](auto& y) {
+            struct guard {
+                bool* flag;
+                ~guard() { *flag = true; }
+            } gd{&cleaned};
+            for (int i = 0;; ++i) y(i);
+        });
+        ASSERT_TRUE(g.next());
+        ASSERT_TRUE(g.next());
+        EXPECT_EQ(g.value(), 1);
+    }
+    EXPECT_TRUE(cleaned);          // the body's local was destroyed
+    EXPECT_TRUE(watch.expired());  // and so was the captured state
+}
+
+TEST(Generator, NotStartedIsDestroyedQuietly) {
+    bool ran = false;
+    { generator<int> g([&ran](auto& y) { ran = true; y(1); }); }
+    EXPECT_FALSE(ran);
+}
+
+TEST(Generator, NonTrivialValuesByReference) {
+    generator<std::string> g([](auto& y) {
+        std::string s = "a";
+        for (int i = 0; i < 4; ++i) {
+            y(s);
+            s += char('b' + i);
+        }
+    });
+    std::vector<std::string> got;
+    for (const std::string& s : g) got.push_back(s);
+    EXPECT_EQ(got, (std::vector<std::string>{"a", "ab", "abc", "abcd"}));
+}
+
+TEST(Generator, MoveKeepsState) {
+    generator<int> a([](auto& y) {
+        for (int i = 0; i < 3; ++i) y(i);
+    });
+    ASSERT_TRUE(a.next());
+    generator<int> b = std::move(a);
+    EXPECT_TRUE(a.done());
+    ASSERT_TRUE(b.next());
+    EXPECT_EQ(b.value(), 1);
+}
+
+TEST(Generator, NestedGenerators) {
+    generator<int> outer([](auto& y) {
+        for (int base = 0; base < 3; ++base) {
+            generator<int> inner([base](auto& yi) {
+                for (int k = 0; k < 3; ++k) yi(base * 10 + k);
+            });
+            for (int v : inner) y(v);
+        }
+    });
+    std::vector<int> got;
+    for (int v : outer) got.push_back(v);
+    EXPECT_EQ(got, (std::vector<int>{0, 1, 2, 10, 11, 12, 20, 21, 22}));
+}
+
+TEST(Generator, InsideFibersThatYield) {
+    // Fibers interleave while each consumes its own generator; the generator
+    // body itself yields the fiber, so a fiber suspends mid-generator.
+    spindle::scheduler sched({.workers = 1});
+    std::vector<std::uint64_t> sums(4);
+    std::vector<spindle::fiber> fs;
+    for (int i = 0; i < 4; ++i) {
+        fs.push_back(sched.spawn([i, &sums] {
+            generator<std::uint64_t> g([i](auto& y) {
+                for (std::uint64_t k = 1; k <= 100; ++k) {
+                    if (k % 10 == 0) spindle::this_fiber::yield();
+                    y(k * static_cast<std::uint64_t>(i + 1));
+                }
+            });
+            for (auto v : g) {
+                sums[i] += v;
+                spindle::this_fiber::yield();
+            }
+        }));
+    }
+    for (auto& f : fs) f.join();
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(sums[i], 5050u * static_cast<std::uint64_t>(i + 1));
+}
+
+TEST(Generator, ResumedOnAnotherThread) {
+    generator<int> g([](auto& y) {
+        for (int i = 0; i < 4; ++i) y(i);
+    });
+    ASSERT_TRUE(g.next());
+    std::thread t([&] {
+        ASSERT_TRUE(g.next());
+        EXPECT_EQ(g.value(), 1);
+    });
+    t.join();
+    ASSERT_TRUE(g.next());
+    EXPECT_EQ(g.value(), 2);
+}
+
+TEST(Generator, TooSmallStackIsRejected) {
+    EXPECT_THROW(generator<int>([](auto&) {}, 1024), std::invalid_argument);
+}
+
+#if SPINDLE_DEBUG_CHECKS
+TEST(GeneratorDeath, ResumingFromInsideItsBodyAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            generator<int>* self = nullptr;
+            generator<int> g([&self](auto& y) {
+                y(1);
+                self->next();
+            });
+            self = &g;
+            g.next();
+            g.next();
+        },
+        "spindle: generator [0-9]+ resumed from inside its own body");
+}
+#endif
+
+}  // namespace

@@ -1,0 +1,1155 @@
+#!/usr/bin/env python3
+"""Run spindle's benchmark programs and turn their records into a report.
+
+Usage (from the repository root)::
+
+    /usr/bin/python3 tools/bench.py --build-dir build/release \\
+        --out bench/results/latest [--suite switch[,ces,...]] [--full] \\
+        [--compare OLD/results.json] [--report-only]
+
+What it does
+------------
+1. Runs each suite program ``<build-dir>/bench/spindle_bench_<suite>`` as
+   ``<prog> --out <tmp>/<suite>.jsonl --quick`` (``--full`` with --full). The
+   default suites are those of ``switch, ces, cqs, locks`` whose program
+   exists; a suite named with --suite whose program is missing is an error.
+   The programs' stderr (their progress lines) and stdout go straight to the
+   terminal.  Each program writes one JSON record per line (see "Records").
+   A program that exits non-zero (or writes no --out file) fails the run, but
+   the records it did write are kept and its report section is marked as
+   possibly incomplete; the suites after it still run.
+2. Writes ``<out>/results.json`` (every record, a JSON array) and
+   ``<out>/machine.json`` (CPU, kernel, date, git commit, the build's
+   ``build_info.json`` under "build", and under "run" the command line and
+   how each suite ended).
+3. Writes ``<out>/report.md``: machine header, then per suite, per workload,
+   one table per comparison group (records sharing suite, workload, params and
+   metric), or one wide table when the workload is a sweep over one numeric
+   parameter; ratios against the group's reference variant.
+4. Writes ``<out>/<suite>_<workload>.png`` plots (matplotlib, Agg backend;
+   ``<suite>_<workload>_<metric>.png`` when a workload reports several
+   metrics), linked from report.md.  Old PNGs in <out> are not deleted.
+5. ``--compare OLD/results.json`` adds a section with each record's median
+   change against an older run.
+6. ``--report-only`` runs nothing and rebuilds report.md and the plots from
+   ``<out>/results.json`` (and ``<out>/machine.json`` if present).
+
+Exit status: 0 on success; 1 when a suite program failed or a record was
+malformed (the report is still written from what was gathered); 2 on a usage
+error (missing program, missing results.json, ...).
+
+Records
+-------
+One per measured point, as in design/BENCHMARKS.md "Result records"::
+
+    {"suite": "switch", "workload": "yield", "variant": "spindle",
+     "params": {"fibers": 10, "workers": 1},
+     "metric": "ns_per_op", "higher_is_better": false,
+     "median": 2.1, "min": 2.0, "max": 2.4, "reps": 5}
+
+Optional fields: ``samples`` (list of numbers), ``note`` (string, printed
+under the record's table), ``reference`` (bool, marks the group's reference).
+
+Report rules
+------------
+* Comparison group: same suite, workload, params (compared as canonical JSON)
+  and metric.  Records with different metrics are never compared.
+* Reference of a group: the record with ``"reference": true`` if any, else the
+  first variant whose name starts with ``spindle``, else the first record.
+* ratio = how many times better the reference is than the row:
+  row/ref for lower-is-better metrics, ref/row for higher-is-better ones.
+  So ``3.00×`` means the reference is three times better than that row.
+* Sweep: when a workload's groups (of one metric) differ in exactly one
+  numeric parameter and there are at least MIN_SWEEP_POINTS of them, the
+  report prints one wide table (rows = parameter values, columns = variants'
+  medians, then ratio columns) and a line plot.  When several parameters vary
+  and at least one is numeric, the numeric one with the most values becomes
+  the x axis and the report prints one such table and plot panel per
+  combination of the others (e.g. threads sweep per ``permits`` value),
+  provided each panel has MIN_SWEEP_POINTS points.  Otherwise: one table per
+  group and a bar chart with one panel per group.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+# Suites in the order they run by default; a suite is included by default only
+# when its program exists in the build directory.
+KNOWN_SUITES = ("switch", "ces", "cqs", "locks")
+PROGRAM_PREFIX = "spindle_bench_"
+
+# A workload is shown as a sweep (wide table + line plot) only when each panel
+# has at least this many values of the swept parameter; below that, per-group
+# tables read just as well.
+MIN_SWEEP_POINTS = 3
+
+# An axis is drawn logarithmic when its values span more than this factor.
+LOG_SCALE_SPAN = 100.0
+
+# In --compare, a median change smaller than this (in percent) is called "≈".
+COMPARE_NOISE_PCT = 2.0
+
+# In --compare, at most this many unmatched records are listed one by one.
+COMPARE_MAX_LISTED = 20
+
+# Units of the metrics we know; other names of the form "<a>_per_<b>" print as
+# "a/b", anything else prints as the metric name.
+METRIC_UNITS = {
+    "ns_per_op": "ns/op",
+    "ops_per_s": "ops/s",
+    "bytes": "bytes",
+    "ns": "ns",
+    "us": "µs",
+    "ms": "ms",
+    "s": "s",
+    "cycles": "cycles",
+    "percent": "%",
+    "pct": "%",
+}
+
+EXIT_OK = 0
+EXIT_FAILED = 1  # a suite failed or a record was malformed; report written
+EXIT_USAGE = 2  # nothing could be run or read
+
+
+def warn(message: str) -> None:
+    """Print a diagnostic on stderr, prefixed with the tool's name."""
+    print(f"bench.py: {message}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------------------
+# Records: validation and loading
+# ---------------------------------------------------------------------------
+
+
+def _is_number(value: Any) -> bool:
+    """True for a finite int or float (bool is not a number here)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value))
+
+
+# Required fields and the check each value must pass, with what to say if not.
+_REQUIRED: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "suite": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "workload": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "variant": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "params": (lambda v: isinstance(v, dict), "an object"),
+    "metric": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "higher_is_better": (lambda v: isinstance(v, bool), "true or false"),
+    "median": (_is_number, "a finite number"),
+    "min": (_is_number, "a finite number"),
+    "max": (_is_number, "a finite number"),
+    "reps": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+             "an integer >= 1"),
+}
+
+_OPTIONAL: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "samples": (lambda v: isinstance(v, list) and all(_is_number(x) for x in v),
+                "a list of finite numbers"),
+    "note": (lambda v: isinstance(v, str), "a string"),
+    "reference": (lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def validate_record(obj: Any) -> str | None:
+    """Return why `obj` is not a valid record, or None if it is one."""
+    if not isinstance(obj, dict):
+        return f"expected a JSON object, got {type(obj).__name__}"
+    missing = [name for name in _REQUIRED if name not in obj]
+    if missing:
+        return "missing field(s): " + ", ".join(missing)
+    for table in (_REQUIRED, _OPTIONAL):
+        for name, (check, expected) in table.items():
+            if name in obj and not check(obj[name]):
+                return f"field {name!r} must be {expected}, got {obj[name]!r}"
+    if not obj["min"] <= obj["median"] <= obj["max"]:
+        return (f"expected min <= median <= max, got {obj['min']!r}, "
+                f"{obj['median']!r}, {obj['max']!r}")
+    return None
+
+
+def _reject_constant(name: str) -> Any:
+    """json parse_constant hook: NaN and Infinity are not valid records."""
+    raise ValueError(f"non-finite number {name}")
+
+
+def load_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+    """Read one record per line; return (records, "file:line: why" errors).
+
+    Blank lines are skipped.  A malformed line is reported and left out; the
+    other lines are still read.
+    """
+    records: list[dict] = []
+    errors: list[str] = []
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line, parse_constant=_reject_constant)
+            except ValueError as e:
+                errors.append(f"{path}:{lineno}: not valid JSON: {e}")
+                continue
+            why = validate_record(obj)
+            if why:
+                errors.append(f"{path}:{lineno}: {why}")
+            else:
+                records.append(obj)
+    return records, errors
+
+
+def load_results_json(path: Path) -> tuple[list[dict], list[str]]:
+    """Read a results.json array; return (records, "file: record i: why")."""
+    with open(path, encoding="utf-8") as f:
+        data = json.load(f, parse_constant=_reject_constant)
+    if not isinstance(data, list):
+        return [], [f"{path}: expected a JSON array of records"]
+    records: list[dict] = []
+    errors: list[str] = []
+    for index, obj in enumerate(data):
+        why = validate_record(obj)
+        if why:
+            errors.append(f"{path}: record {index}: {why}")
+        else:
+            records.append(obj)
+    return records, errors
+
+
+# ---------------------------------------------------------------------------
+# Grouping, references and ratios
+# ---------------------------------------------------------------------------
+
+
+def canonical_params(params: dict) -> str:
+    """Params as canonical JSON, so that equal dicts compare equal."""
+    return json.dumps(params, sort_keys=True, separators=(",", ":"))
+
+
+def select_reference(records: Sequence[dict]) -> dict:
+    """The record the others are compared to (see the module docstring)."""
+    for rec in records:
+        if rec.get("reference") is True:
+            return rec
+    for rec in records:
+        if rec["variant"].startswith("spindle"):
+            return rec
+    return records[0]
+
+
+def ratio_to_reference(row: dict, ref: dict, higher_is_better: bool) -> float | None:
+    """How many times better `ref` is than `row`; None if undefined (0)."""
+    num, den = ((ref["median"], row["median"]) if higher_is_better
+                else (row["median"], ref["median"]))
+    if den == 0:
+        return None
+    return num / den
+
+
+@dataclasses.dataclass
+class Group:
+    """Records that compare with one another: same suite, workload, params and
+    metric, in the order the harness wrote them."""
+
+    suite: str
+    workload: str
+    metric: str
+    params: dict
+    records: list[dict]
+
+    @property
+    def reference(self) -> dict:
+        return select_reference(self.records)
+
+    @property
+    def higher_is_better(self) -> bool:
+        # Taken from the reference; warnings() flags a group that disagrees.
+        return self.reference["higher_is_better"]
+
+    def warnings(self) -> list[str]:
+        """Inconsistencies worth printing under the group's table."""
+        out = []
+        if len({r["higher_is_better"] for r in self.records}) > 1:
+            out.append("records disagree on higher_is_better; the reference's "
+                       "direction is used")
+        if sum(1 for r in self.records if r.get("reference") is True) > 1:
+            out.append("several records are marked reference; the first is used")
+        variants = [r["variant"] for r in self.records]
+        dups = sorted({v for v in variants if variants.count(v) > 1})
+        if dups:
+            out.append("variant(s) measured more than once: " + ", ".join(dups))
+        return out
+
+
+def group_records(records: Iterable[dict]) -> list[Group]:
+    """Split records into comparison groups, in order of first appearance."""
+    groups: dict[tuple, Group] = {}
+    for rec in records:
+        key = (rec["suite"], rec["workload"], canonical_params(rec["params"]),
+               rec["metric"])
+        if key not in groups:
+            groups[key] = Group(rec["suite"], rec["workload"], rec["metric"],
+                                rec["params"], [])
+        groups[key].records.append(rec)
+    return list(groups.values())
+
+
+@dataclasses.dataclass
+class WorkloadView:
+    """All groups of one (suite, workload, metric): one report subsection and
+    one plot."""
+
+    suite: str
+    workload: str
+    metric: str
+    groups: list[Group]
+
+    @property
+    def higher_is_better(self) -> bool:
+        return self.groups[0].higher_is_better
+
+
+def workload_views(groups: Iterable[Group]) -> list[WorkloadView]:
+    """Gather groups by (suite, workload, metric), in order of appearance."""
+    views: dict[tuple, WorkloadView] = {}
+    for g in groups:
+        key = (g.suite, g.workload, g.metric)
+        if key not in views:
+            views[key] = WorkloadView(g.suite, g.workload, g.metric, [])
+        views[key].groups.append(g)
+    return list(views.values())
+
+
+@dataclasses.dataclass
+class Facet:
+    """One panel of a sweep: the fixed values of the other varying params and
+    the groups along the swept axis, sorted by it."""
+
+    fixed: dict
+    groups: list[Group]
+
+    @property
+    def records(self) -> list[dict]:
+        return [r for g in self.groups for r in g.records]
+
+    @property
+    def reference_variant(self) -> str:
+        """The reference variant of the whole panel, same rules as a group."""
+        return select_reference(self.records)["variant"]
+
+    @property
+    def variants(self) -> list[str]:
+        """Every variant in the panel, in order of first appearance."""
+        return list(dict.fromkeys(r["variant"] for r in self.records))
+
+
+@dataclasses.dataclass
+class Sweep:
+    axis: str
+    facets: list[Facet]
+
+
+def _is_param_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def find_sweep(groups: Sequence[Group]) -> Sweep | None:
+    """Detect a sweep over one numeric parameter (see the module docstring).
+
+    All groups must have the same parameter names.  With one varying
+    parameter it must be numeric; with several, the numeric one with the most
+    distinct values is the axis (first in params order on a tie) and the
+    others split the groups into facets.  Each facet needs MIN_SWEEP_POINTS
+    points.
+    """
+    if len(groups) < MIN_SWEEP_POINTS:
+        return None
+    keys = list(groups[0].params)
+    if any(set(g.params) != set(keys) for g in groups):
+        return None
+    values = {k: {json.dumps(g.params[k], sort_keys=True) for g in groups}
+              for k in keys}
+    varying = [k for k in keys if len(values[k]) > 1]
+    numeric = [k for k in varying
+               if all(_is_param_number(g.params[k]) for g in groups)]
+    if not numeric:
+        return None
+    axis = max(numeric, key=lambda k: len(values[k]))  # first wins a tie
+    others = [k for k in varying if k != axis]
+
+    facets: dict[str, Facet] = {}
+    for g in groups:
+        fixed = {k: g.params[k] for k in others}
+        facets.setdefault(canonical_params(fixed), Facet(fixed, [])).groups.append(g)
+    for facet in facets.values():
+        if len(facet.groups) < MIN_SWEEP_POINTS:
+            return None
+        facet.groups.sort(key=lambda g: g.params[axis])
+    return Sweep(axis, list(facets.values()))
+
+
+# ---------------------------------------------------------------------------
+# Formatting helpers
+# ---------------------------------------------------------------------------
+
+
+def metric_unit(metric: str) -> str:
+    """'ns_per_op' -> 'ns/op'; unknown metrics print as their name."""
+    if metric in METRIC_UNITS:
+        return METRIC_UNITS[metric]
+    m = re.fullmatch(r"([A-Za-z0-9]+)_per_([A-Za-z0-9]+)", metric)
+    if m:
+        return f"{m.group(1)}/{m.group(2)}"
+    return metric
+
+
+def direction(higher_is_better: bool) -> str:
+    return "higher is better" if higher_is_better else "lower is better"
+
+
+def describe_metric(metric: str, higher_is_better: bool) -> str:
+    """'ns_per_op (ns/op, lower is better)'; the unit only when it says more
+    than the name."""
+    unit = metric_unit(metric)
+    what = f"{unit}, " if unit != metric else ""
+    return f"{metric} ({what}{direction(higher_is_better)})"
+
+
+def fmt_num(x: float | int) -> str:
+    """A measurement, to about three significant digits, with thousands
+    separators for large values."""
+    if isinstance(x, int) and not isinstance(x, bool):
+        return f"{x:,}"
+    a = abs(x)
+    if a == 0:
+        return "0"
+    if a >= 1e4:
+        return f"{x:,.0f}"
+    if a >= 100:
+        return f"{x:.1f}"
+    if a >= 1:
+        return f"{x:.2f}"
+    if a >= 0.01:
+        return f"{x:.3f}"
+    return f"{x:.3g}"
+
+
+def fmt_ratio(ratio: float | None, is_reference: bool = False) -> str:
+    """'2.31×'; '1.00× (ref)' on the reference row; '—' when undefined."""
+    if is_reference:
+        return "1.00× (ref)"
+    if ratio is None:
+        return "—"
+    if ratio >= 100:
+        return f"{ratio:.0f}×"
+    if ratio >= 10:
+        return f"{ratio:.1f}×"
+    return f"{ratio:.2f}×"
+
+
+def fmt_param_value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, str):
+        return value
+    return json.dumps(value)
+
+
+def fmt_params(params: dict) -> str:
+    """'fibers=10, workers=1', or '(no params)'."""
+    if not params:
+        return "(no params)"
+    return ", ".join(f"{k}={fmt_param_value(v)}" for k, v in params.items())
+
+
+def md_escape(text: str) -> str:
+    """Make free text safe inside a Markdown table cell or list item."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(headers: Sequence[str], rows: Iterable[Sequence[str]],
+             right: Sequence[bool]) -> list[str]:
+    """A GitHub Markdown table; `right[i]` right-aligns column i."""
+    lines = ["| " + " | ".join(md_escape(h) for h in headers) + " |",
+             "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(md_escape(c) for c in row) + " |")
+    return lines
+
+
+def plot_file_name(view: WorkloadView, metrics_in_workload: int) -> str:
+    """'<suite>_<workload>.png', plus '_<metric>' when the workload has
+    several metrics; characters unsafe in file names become '_'."""
+    parts = [view.suite, view.workload]
+    if metrics_in_workload > 1:
+        parts.append(view.metric)
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", "_".join(parts)) + ".png"
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+def render_group_table(group: Group) -> list[str]:
+    """One comparison group: heading line, table, notes."""
+    ref = group.reference
+    hib = group.higher_is_better
+    lines = [f"**{md_escape(fmt_params(group.params))}** — "
+             f"{describe_metric(group.metric, hib)}", ""]
+    rows = []
+    for rec in group.records:
+        is_ref = rec is ref
+        rows.append([rec["variant"], fmt_num(rec["median"]), fmt_num(rec["min"]),
+                     fmt_num(rec["max"]), str(rec["reps"]),
+                     fmt_ratio(ratio_to_reference(rec, ref, hib), is_ref)])
+    lines += md_table(["variant", "median", "min", "max", "reps", "ratio"], rows,
+                      [False, True, True, True, True, True])
+    notes = [f"- {md_escape(r['variant'])}: {md_escape(r['note'])}"
+             for r in group.records if r.get("note")]
+    notes += [f"- ⚠ {w}" for w in group.warnings()]
+    if notes:
+        lines += [""] + notes
+    return lines + [""]
+
+
+def render_sweep_table(view: WorkloadView, sweep: Sweep, facet: Facet) -> list[str]:
+    """One wide table: rows = values of the swept param, columns = variants'
+    medians, then one ratio column per non-reference variant."""
+    ref_variant = facet.reference_variant
+    variants = facet.variants
+    others = [v for v in variants if v != ref_variant]
+    hib = view.higher_is_better
+    lines = []
+    if facet.fixed:
+        lines += [f"**{md_escape(fmt_params(facet.fixed))}**", ""]
+    headers = ([sweep.axis] + variants
+               + [f"{ref_variant} vs {v}" for v in others])
+    rows = []
+    for g in facet.groups:
+        by_variant: dict[str, dict] = {}
+        for rec in g.records:
+            by_variant.setdefault(rec["variant"], rec)
+        ref = by_variant.get(ref_variant)
+        row = [fmt_param_value(g.params[sweep.axis])]
+        row += [fmt_num(by_variant[v]["median"]) if v in by_variant else "—"
+                for v in variants]
+        for v in others:
+            if ref is None or v not in by_variant:
+                row.append("—")
+            else:
+                row.append(fmt_ratio(ratio_to_reference(by_variant[v], ref, hib)))
+        rows.append(row)
+    lines += md_table(headers, rows, [True] * len(headers))
+
+    # Notes: print each (variant, note) once; name the axis values it applies
+    # to unless it applies to every row.
+    notes: dict[tuple[str, str], list[str]] = {}
+    for g in facet.groups:
+        for rec in g.records:
+            if rec.get("note"):
+                notes.setdefault((rec["variant"], rec["note"]), []).append(
+                    fmt_param_value(g.params[sweep.axis]))
+    extra = []
+    for (variant, note), where in notes.items():
+        scope = ("" if len(where) == len(facet.groups)
+                 else f" ({sweep.axis}={', '.join(where)})")
+        extra.append(f"- {md_escape(variant)}{scope}: {md_escape(note)}")
+    for g in facet.groups:
+        extra += [f"- ⚠ {sweep.axis}={fmt_param_value(g.params[sweep.axis])}: {w}"
+                  for w in g.warnings()]
+    if extra:
+        lines += [""] + extra
+    return lines + [""]
+
+
+def render_view(view: WorkloadView, plot: str | None) -> list[str]:
+    """The body of one workload subsection (for one metric)."""
+    lines: list[str] = []
+    sweep = find_sweep(view.groups)
+    if sweep:
+        ref_names = sorted({f.reference_variant for f in sweep.facets})
+        lines += [f"Sweep over **{sweep.axis}** — medians of "
+                  f"{describe_metric(view.metric, view.higher_is_better)}; "
+                  "the ratio columns say "
+                  f"how many times better {' / '.join(ref_names)} is; "
+                  "min, max and reps are in results.json.", ""]
+        for facet in sweep.facets:
+            lines += render_sweep_table(view, sweep, facet)
+    else:
+        for group in view.groups:
+            lines += render_group_table(group)
+    if plot:
+        lines += [f"![{view.suite} {view.workload}: {view.metric}]({plot})", ""]
+    return lines
+
+
+def render_header(machine: dict, regenerated_by: str | None) -> list[str]:
+    """Title, machine and build table, command line, suite outcomes."""
+    build = machine.get("build") or {}
+    if not isinstance(build, dict):  # build_info.json was not valid JSON
+        build = {"flags": str(build)}
+    run = machine.get("run") or {}
+    info = [
+        ("CPU", machine.get("cpu_model", "unknown")),
+        ("logical CPUs", machine.get("logical_cpus", "unknown")),
+        ("kernel", machine.get("kernel", "unknown")),
+        ("date (UTC)", machine.get("date", "unknown")),
+        ("git commit", machine.get("git_commit", "unknown")),
+        ("compiler", build.get("compiler", "unknown")),
+        ("build type", build.get("build_type", "unknown")),
+        ("flags", " ".join(str(build.get("flags", "unknown")).split()) or "(none)"),
+        ("sanitizer", build.get("sanitizer") or "none"),
+        ("mode", run.get("mode", "unknown")),
+    ]
+    lines = ["# spindle benchmark report", ""]
+    lines += md_table(["", ""], [[k, str(v)] for k, v in info], [False, False])
+    lines += ["", "Command:", "", "```sh", run.get("command", "unknown"), "```", ""]
+    if regenerated_by:
+        lines += ["Report rebuilt from results.json by:", "", "```sh",
+                  regenerated_by, "```", ""]
+    suites = run.get("suites") or []
+    if suites:
+        def outcome(s: dict) -> str:
+            if s.get("exit_code") == 0:
+                return "ok"
+            return f"FAILED ({s.get('error') or 'exit status %s' % s.get('exit_code')})"
+
+        rows = [[s["name"], outcome(s), f"{s.get('elapsed_s', 0):.1f} s",
+                 str(s.get("records", 0))] for s in suites]
+        lines += md_table(["suite", "status", "time", "records"], rows,
+                          [False, False, True, True]) + [""]
+    lines += ["Each table compares records of one suite, workload, params and "
+              "metric. **ratio** = how many times better the reference "
+              "variant (marked `(ref)`) is than that row: row/ref when lower "
+              "is better, ref/row when higher is better; above 1.00× the "
+              "reference wins.", ""]
+    return lines
+
+
+def render_comparison(new: Sequence[dict], old: Sequence[dict],
+                      old_path: str) -> list[str]:
+    """Median change of each record against an older run, matched by
+    (suite, workload, variant, params, metric)."""
+    def key(r: dict) -> tuple:
+        return (r["suite"], r["workload"], r["variant"],
+                canonical_params(r["params"]), r["metric"])
+
+    old_by_key: dict[tuple, dict] = {}
+    for r in old:
+        old_by_key.setdefault(key(r), r)
+    new_keys = {key(r) for r in new}
+    rows = []
+    better = worse = 0
+    for r in new:
+        o = old_by_key.get(key(r))
+        if o is None:
+            continue
+        if o["median"] == 0:
+            change, verdict = "—", "—"
+        else:
+            pct = (r["median"] - o["median"]) / abs(o["median"]) * 100.0
+            improved = pct > 0 if r["higher_is_better"] else pct < 0
+            if abs(pct) < COMPARE_NOISE_PCT:
+                verdict = "≈"
+            elif improved:
+                verdict, better = "better", better + 1
+            else:
+                verdict, worse = "worse", worse + 1
+            change = f"{pct:+.1f}%"
+        rows.append([r["suite"], r["workload"], fmt_params(r["params"]),
+                     r["variant"], metric_unit(r["metric"]), fmt_num(o["median"]),
+                     fmt_num(r["median"]), change, verdict])
+    only_new = [r for r in new if key(r) not in old_by_key]
+    only_old = [r for r in old if key(r) not in new_keys]
+    # Suites this run did not run at all are summarized, not listed.
+    new_suites = {r["suite"] for r in new}
+    not_run = sorted({r["suite"] for r in only_old} - new_suites)
+    only_old_listed = [r for r in only_old if r["suite"] in new_suites]
+
+    lines = ["## Comparison with an earlier run", "",
+             f"Old results: `{old_path}`. {len(rows)} records matched: "
+             f"{better} better, {worse} worse, {len(rows) - better - worse} "
+             f"within ±{COMPARE_NOISE_PCT:g}% or undefined; {len(only_new)} "
+             f"only in this run, {len(only_old)} only in the old one.", ""]
+    if rows:
+        lines += md_table(["suite", "workload", "params", "variant", "unit",
+                           "old median", "new median", "change", ""], rows,
+                          [False] * 5 + [True] * 3 + [False]) + [""]
+    for title, recs in (("Only in this run", only_new),
+                        ("Only in the old run", only_old_listed)):
+        if recs:
+            lines += [f"{title}:", ""]
+            lines += [f"- {md_escape(r['suite'])} / {md_escape(r['workload'])} / "
+                      f"{md_escape(r['variant'])} / {md_escape(fmt_params(r['params']))}"
+                      f" / {md_escape(r['metric'])}" for r in recs[:COMPARE_MAX_LISTED]]
+            if len(recs) > COMPARE_MAX_LISTED:
+                lines.append(f"- … and {len(recs) - COMPARE_MAX_LISTED} more")
+            lines.append("")
+    if not_run:
+        lines += [f"The old run also has suites this run did not run: "
+                  f"{', '.join(not_run)}.", ""]
+    return lines
+
+
+def render_report(records: Sequence[dict], machine: dict,
+                  plots: dict[tuple, str] | None = None,
+                  compare: tuple[Sequence[dict], str] | None = None,
+                  regenerated_by: str | None = None) -> str:
+    """The whole report.md.  `plots` maps (suite, workload, metric) to a PNG
+    file name; `compare` is (old records, old path)."""
+    plots = plots or {}
+    lines = render_header(machine, regenerated_by)
+    failed = {s["name"]: s for s in (machine.get("run") or {}).get("suites", [])
+              if s.get("exit_code") != 0}
+    views = workload_views(group_records(records))
+    if not views:
+        lines += ["*No records.*", ""]
+    suite = workload = None
+    for view in views:
+        if view.suite != suite:
+            suite, workload = view.suite, None
+            lines += [f"## Suite `{suite}`", ""]
+            if suite in failed:
+                lines += ["⚠ The suite's program failed; the results below may "
+                          "be incomplete.", ""]
+        if view.workload != workload:
+            workload = view.workload
+            lines += [f"### {workload}", ""]
+        lines += render_view(view, plots.get((view.suite, view.workload, view.metric)))
+    if compare is not None:
+        lines += render_comparison(records, compare[0], compare[1])
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# ---------------------------------------------------------------------------
+# Plots
+# ---------------------------------------------------------------------------
+
+
+def _span_is_large(values: Sequence[float]) -> bool:
+    """True when all values are positive and span more than LOG_SCALE_SPAN."""
+    return (bool(values) and min(values) > 0
+            and max(values) / min(values) > LOG_SCALE_SPAN)
+
+
+def _subplot_grid(plt: Any, n: int, width: float, height: float) -> tuple[Any, list]:
+    """A figure with n panels, up to three per row; unused panels hidden."""
+    ncols = min(n, 3)
+    nrows = math.ceil(n / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
+                             squeeze=False)
+    flat = list(axes.flat)
+    for ax in flat[n:]:
+        ax.set_visible(False)
+    return fig, flat[:n]
+
+
+def _plot_title(view: WorkloadView) -> str:
+    return (f"{view.suite} / {view.workload}: "
+            f"{describe_metric(view.metric, view.higher_is_better)}")
+
+
+def _is_power_of_two_series(xs: Sequence[float]) -> bool:
+    """1, 2, 4, 8, ... (thread and worker counts often double)."""
+    return (len(xs) >= 3 and all(isinstance(x, int) and x > 0 and x & (x - 1) == 0
+                                 for x in xs))
+
+
+def _set_sweep_xscale(ax: Any, xs: Sequence[float]) -> None:
+    """Log base 2 for doubling series, log for wide spans, symlog for wide
+    spans that include 0; integer ticks for integer params."""
+    from matplotlib.ticker import MaxNLocator, NullLocator, ScalarFormatter
+    distinct = sorted(set(xs))
+    if _is_power_of_two_series(distinct):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(distinct)
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_locator(NullLocator())
+    elif _span_is_large(distinct):
+        ax.set_xscale("log")
+    elif distinct and distinct[0] == 0 and distinct[-1] > LOG_SCALE_SPAN:
+        linthresh = min(x for x in distinct if x > 0)
+        ax.set_xscale("symlog", linthresh=linthresh)
+        # Nothing is negative: start just left of 0 rather than at -max.
+        ax.set_xlim(-0.3 * linthresh, distinct[-1] * 1.5)
+    elif all(isinstance(x, int) for x in distinct):
+        if len(distinct) <= 12:
+            ax.set_xticks(distinct)
+        else:
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+
+
+def plot_sweep(plt: Any, view: WorkloadView, sweep: Sweep, path: Path) -> None:
+    """Line plot: x = swept param, y = median, one line per variant, min–max
+    shaded; one panel per facet."""
+    fig, axes = _subplot_grid(plt, len(sweep.facets), 6.4, 4.4)
+    for ax, facet in zip(axes, sweep.facets):
+        ref_variant = facet.reference_variant
+        xs_all: list[float] = []
+        ys_all: list[float] = []
+        for variant in facet.variants:
+            pts = []
+            for g in facet.groups:
+                rec = next((r for r in g.records if r["variant"] == variant), None)
+                if rec is not None:
+                    pts.append((g.params[sweep.axis], rec))
+            xs = [x for x, _ in pts]
+            ys = [r["median"] for _, r in pts]
+            label = f"{variant} (ref)" if variant == ref_variant else variant
+            (line,) = ax.plot(xs, ys, marker="o", markersize=4, label=label,
+                              linewidth=2.2 if variant == ref_variant else 1.4)
+            ax.fill_between(xs, [r["min"] for _, r in pts],
+                            [r["max"] for _, r in pts],
+                            color=line.get_color(), alpha=0.15, linewidth=0)
+            xs_all += xs
+            ys_all += ys
+        if _span_is_large(ys_all):
+            ax.set_yscale("log")
+        _set_sweep_xscale(ax, xs_all)
+        ax.set_xlabel(sweep.axis)
+        ax.set_ylabel(metric_unit(view.metric))
+        if facet.fixed:
+            ax.set_title(fmt_params(facet.fixed), fontsize="medium")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize="small")
+    fig.suptitle(_plot_title(view))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_bars(plt: Any, view: WorkloadView, path: Path) -> None:
+    """Bar chart of medians per variant (min–max as error bars), one panel
+    per comparison group; the reference bar is highlighted."""
+    fig, axes = _subplot_grid(plt, len(view.groups), 5.2, 4.2)
+    for ax, group in zip(axes, view.groups):
+        ref = group.reference
+        recs = group.records
+        medians = [r["median"] for r in recs]
+        err = [[max(r["median"] - r["min"], 0) for r in recs],
+               [max(r["max"] - r["median"], 0) for r in recs]]
+        colors = ["tab:orange" if r is ref else "tab:blue" for r in recs]
+        ax.bar(range(len(recs)), medians, yerr=err, color=colors, capsize=3,
+               ecolor="0.3")
+        for i, r in enumerate(recs):  # the median, just above the max
+            ax.annotate(fmt_num(r["median"]), (i, r["max"]), xytext=(0, 3),
+                        textcoords="offset points", ha="center", fontsize="small")
+        ax.set_xticks(range(len(recs)),
+                      [f"{r['variant']} (ref)" if r is ref else r["variant"]
+                       for r in recs],
+                      rotation=30, ha="right", fontsize="small")
+        if _span_is_large(medians):
+            ax.set_yscale("log")
+        ax.margins(y=0.12)  # room for the labels above the bars
+        ax.set_ylabel(metric_unit(view.metric))
+        ax.set_title(fmt_params(group.params), fontsize="medium")
+        ax.grid(True, axis="y", alpha=0.3)
+    fig.suptitle(_plot_title(view))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def make_plots(records: Sequence[dict], out_dir: Path) -> dict[tuple, str]:
+    """Draw one PNG per (suite, workload, metric) into out_dir; return
+    {(suite, workload, metric): file name} for those drawn.  Without
+    matplotlib, or when one plot fails, warn and carry on."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as e:
+        warn(f"matplotlib unavailable ({e}); no plots")
+        return {}
+    views = workload_views(group_records(records))
+    metrics_per_workload: dict[tuple, int] = {}
+    for v in views:
+        k = (v.suite, v.workload)
+        metrics_per_workload[k] = metrics_per_workload.get(k, 0) + 1
+    drawn = {}
+    for view in views:
+        name = plot_file_name(view, metrics_per_workload[(view.suite, view.workload)])
+        try:
+            sweep = find_sweep(view.groups)
+            if sweep:
+                plot_sweep(plt, view, sweep, out_dir / name)
+            else:
+                plot_bars(plt, view, out_dir / name)
+        except Exception as e:  # a plot is not worth losing the report for
+            warn(f"could not draw {name}: {e}")
+            plt.close("all")
+            continue
+        drawn[(view.suite, view.workload, view.metric)] = name
+    return drawn
+
+
+# ---------------------------------------------------------------------------
+# Machine information
+# ---------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    """'model name' from /proc/cpuinfo, else what platform knows."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                name, sep, value = line.partition(":")
+                if sep and name.strip() == "model name":
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown"
+
+
+def git_commit(repo: Path) -> str:
+    """Short HEAD commit of `repo`, or 'unknown'."""
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo,
+                             capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "unknown"
+
+
+def read_build_info(build_dir: Path) -> dict | str | None:
+    """<build-dir>/build_info.json: a dict, its raw text if it is not valid
+    JSON (flags containing quotes can do that), or None if absent."""
+    path = build_dir / "build_info.json"
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError:
+        warn(f"{path} is not valid JSON; kept as text")
+        return text.strip()
+
+
+def machine_info(build_dir: Path) -> dict:
+    return {
+        "cpu_model": cpu_model(),
+        "logical_cpus": os.cpu_count(),
+        "kernel": platform.release(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(Path(__file__).resolve().parent.parent),
+        "build": read_build_info(build_dir),
+    }
+
+
+# ---------------------------------------------------------------------------
+# Driver
+# ---------------------------------------------------------------------------
+
+
+def program_path(build_dir: Path, suite: str) -> Path:
+    return build_dir / "bench" / f"{PROGRAM_PREFIX}{suite}"
+
+
+def choose_suites(build_dir: Path, requested: str | None) -> list[str]:
+    """The suites to run; raises ValueError naming a missing program."""
+    if requested is None:
+        suites = [s for s in KNOWN_SUITES
+                  if os.access(program_path(build_dir, s), os.X_OK)]
+        if not suites:
+            raise ValueError(
+                f"no benchmark programs in {build_dir / 'bench'} (looked for "
+                f"{', '.join(PROGRAM_PREFIX + s for s in KNOWN_SUITES)}); build "
+                "with -DSPINDLE_BUILD_BENCH=ON first")
+        return suites
+    suites = list(dict.fromkeys(s.strip() for s in requested.split(",") if s.strip()))
+    if not suites:
+        raise ValueError("--suite names no suite")
+    for s in suites:
+        prog = program_path(build_dir, s)
+        if not prog.is_file():
+            raise ValueError(f"suite {s!r}: program {prog} does not exist "
+                             "(is the benchmark built?)")
+        if not os.access(prog, os.X_OK):
+            raise ValueError(f"suite {s!r}: program {prog} is not executable")
+    return suites
+
+
+def run_suite(prog: Path, out_file: Path, full: bool) -> int:
+    """Run one program; its stdout and stderr go straight to ours."""
+    cmd = [str(prog), "--out", str(out_file), "--full" if full else "--quick"]
+    try:
+        return subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
+    except OSError as e:
+        warn(f"cannot run {prog}: {e}")
+        return 127
+
+
+def run_suites(build_dir: Path, suites: Sequence[str], full: bool,
+               tmp_dir: Path) -> tuple[list[dict], list[str], list[dict]]:
+    """Run the suites in order; return (records, record errors, statuses).
+
+    A failed program's records are kept (its report section is marked);
+    `statuses` holds per suite: name, program, exit_code, elapsed_s, records
+    and, when the failure was not the exit status, error.
+    """
+    records: list[dict] = []
+    errors: list[str] = []
+    statuses: list[dict] = []
+    for k, suite in enumerate(suites, start=1):
+        prog = program_path(build_dir, suite)
+        out_file = tmp_dir / f"{suite}.jsonl"
+        print(f"[{k}/{len(suites)}] suite {suite} ...", flush=True)
+        start = time.monotonic()
+        code = run_suite(prog, out_file, full)
+        elapsed = time.monotonic() - start
+        status = {"name": suite, "program": str(prog), "exit_code": code,
+                  "elapsed_s": round(elapsed, 3), "records": 0}
+        got: list[dict] = []
+        if out_file.exists():
+            got, errs = load_jsonl(out_file)
+            errors += errs
+            for r in got:
+                if r["suite"] != suite:
+                    warn(f"{out_file}: a record names suite {r['suite']!r}, "
+                         f"not {suite!r}")
+                    break
+        elif code == 0:
+            status["exit_code"] = code = 1
+            status["error"] = f"wrote no {out_file.name}"
+        status["records"] = len(got)
+        records += got
+        statuses.append(status)
+        if code == 0:
+            print(f"[{k}/{len(suites)}] suite {suite} done in {elapsed:.1f} s "
+                  f"({len(got)} records)", flush=True)
+        else:
+            what = status.get("error") or f"exited with status {code}"
+            print(f"[{k}/{len(suites)}] suite {suite} FAILED after {elapsed:.1f} s: "
+                  f"{prog} {what} ({len(got)} records kept)", flush=True)
+    return records, errors, statuses
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Pretty-printed JSON, written whole or not at all."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n",
+                   encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        description="Run spindle's benchmark suites and write results.json, "
+                    "machine.json, report.md and plots.")
+    p.add_argument("--build-dir", type=Path,
+                   help="CMake build directory holding bench/spindle_bench_<suite> "
+                        "(required unless --report-only)")
+    p.add_argument("--out", type=Path, required=True,
+                   help="output directory, e.g. bench/results/latest")
+    p.add_argument("--suite",
+                   help="comma-separated suites (default: every one of "
+                        f"{', '.join(KNOWN_SUITES)} that is built)")
+    p.add_argument("--full", action="store_true",
+                   help="run the programs with --full instead of --quick")
+    p.add_argument("--compare", type=Path, metavar="OLD_RESULTS_JSON",
+                   help="add the median change against an older results.json")
+    p.add_argument("--report-only", action="store_true",
+                   help="run nothing; rebuild report.md and plots from "
+                        "<out>/results.json")
+    args = p.parse_args(argv)
+    if not args.report_only and args.build_dir is None:
+        p.error("--build-dir is required unless --report-only")
+    return args
+
+
+def command_line() -> str:
+    """The command line as typed, interpreter included."""
+    return shlex.join(getattr(sys, "orig_argv", None) or [sys.executable] + sys.argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    out_dir: Path = args.out
+    errors: list[str] = []
+    failed = False
+
+    if args.report_only:
+        results = out_dir / "results.json"
+        if not results.is_file():
+            warn(f"--report-only: {results} does not exist")
+            return EXIT_USAGE
+        try:
+            records, errors = load_results_json(results)
+        except (OSError, ValueError) as e:
+            warn(f"--report-only: cannot read {results}: {e}")
+            return EXIT_USAGE
+        machine_path = out_dir / "machine.json"
+        machine = {}
+        if machine_path.is_file():
+            try:
+                machine = json.loads(machine_path.read_text(encoding="utf-8"))
+            except ValueError as e:
+                warn(f"{machine_path}: not valid JSON ({e}); header left blank")
+        if not isinstance(machine, dict):
+            machine = {}
+        regenerated_by = command_line()
+    else:
+        build_dir: Path = args.build_dir
+        try:
+            suites = choose_suites(build_dir, args.suite)
+        except ValueError as e:
+            warn(str(e))
+            return EXIT_USAGE
+        out_dir.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="spindle-bench-") as tmp:
+            records, errors, statuses = run_suites(build_dir, suites, args.full,
+                                                   Path(tmp))
+        failed = any(s["exit_code"] != 0 for s in statuses)
+        machine = machine_info(build_dir)
+        machine["run"] = {"command": command_line(), "cwd": os.getcwd(),
+                          "mode": "full" if args.full else "quick",
+                          "suites": statuses}
+        write_json(out_dir / "results.json", records)
+        write_json(out_dir / "machine.json", machine)
+        regenerated_by = None
+
+    compare = None
+    if args.compare is not None:
+        try:
+            old, old_errors = load_results_json(args.compare)
+        except (OSError, ValueError) as e:
+            warn(f"--compare: cannot read {args.compare}: {e}")
+            return EXIT_USAGE
+        for e in old_errors:
+            warn(f"--compare: skipped {e}")
+        compare = (old, str(args.compare))
+
+    for e in errors:
+        warn(f"malformed record skipped: {e}")
+
+    plots = make_plots(records, out_dir)
+    report = render_report(records, machine, plots, compare, regenerated_by)
+    (out_dir / "report.md").write_text(report, encoding="utf-8")
+    print(f"wrote {out_dir / 'report.md'} ({len(records)} records, "
+          f"{len(plots)} plots)", flush=True)
+
+    if failed:
+        warn("some suites failed; see above")
+    if failed or errors:
+        return EXIT_FAILED
+    return EXIT_OK
+
+
+if __name__ == "__main__":
+    sys.exit(main())

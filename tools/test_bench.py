@@ -1,0 +1,443 @@
+"""Unit tests of tools/bench.py's report logic and driver, on fake records.
+
+Run from the repository root:
+
+    /usr/bin/python3 -m unittest tools/test_bench.py
+
+Everything is written under temporary directories; the end-to-end tests run
+bench.py on small shell scripts posing as suite programs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+from pathlib import Path
+
+BENCH_PY = Path(__file__).resolve().parent / "bench.py"
+
+# Load bench.py by path (the repository's bench/ directory would shadow a
+# plain "import bench").
+_spec = importlib.util.spec_from_file_location("spindle_bench_tool", BENCH_PY)
+bench = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = bench  # dataclasses look the module up here
+_spec.loader.exec_module(bench)
+
+
+def rec(variant: str, median: float, *, suite: str = "switch",
+        workload: str = "yield", params: dict | None = None,
+        metric: str = "ns_per_op", higher_is_better: bool = False,
+        **extra) -> dict:
+    """A valid record with min/max around the median."""
+    r = {"suite": suite, "workload": workload, "variant": variant,
+         "params": {"fibers": 10, "workers": 1} if params is None else params,
+         "metric": metric, "higher_is_better": higher_is_better,
+         "median": median, "min": median * 0.9, "max": median * 1.1, "reps": 5}
+    r.update(extra)
+    return r
+
+
+def hanoi_records() -> list[dict]:
+    """A sweep over disks 1..6 with three variants."""
+    out = []
+    for disks in range(1, 7):
+        p = {"disks": disks}
+        out += [rec("spindle", 2.0 * disks, workload="hanoi", params=p),
+                rec("boost_context", 4.0 * disks, workload="hanoi", params=p),
+                rec("cxx20_stackless", 1.0 * disks ** 3, workload="hanoi", params=p)]
+    return out
+
+
+def write_program(path: Path, body: str) -> None:
+    """Write an executable /bin/sh script; `$OUT` is the --out file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("#!/bin/sh\n"
+                    "# Fake suite program: bench.py passes --out FILE --quick|--full.\n"
+                    'OUT=""; MODE=""\n'
+                    'while [ $# -gt 0 ]; do\n'
+                    '  case "$1" in --out) OUT="$2"; shift 2;; *) MODE="$1"; shift;; esac\n'
+                    'done\n' + textwrap.dedent(body))
+    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+
+
+class ValidationTest(unittest.TestCase):
+    def test_valid_record(self):
+        self.assertIsNone(bench.validate_record(rec("spindle", 2.0)))
+        self.assertIsNone(bench.validate_record(
+            rec("spindle", 2.0, samples=[1.9, 2.0], note="x", reference=True)))
+
+    def test_missing_and_bad_fields(self):
+        r = rec("spindle", 2.0)
+        del r["reps"]
+        self.assertIn("reps", bench.validate_record(r))
+        self.assertIn("higher_is_better", bench.validate_record(
+            rec("spindle", 2.0, higher_is_better="no")))
+        self.assertIn("samples", bench.validate_record(
+            rec("spindle", 2.0, samples=["a"])))
+        self.assertIn("min <= median", bench.validate_record(
+            dict(rec("spindle", 2.0), min=3.0)))
+        self.assertIsNotNone(bench.validate_record([1, 2]))
+
+    def test_jsonl_reports_file_and_line(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "s.jsonl"
+            path.write_text(json.dumps(rec("spindle", 2.0)) + "\n"
+                            "{not json\n"
+                            "\n"
+                            + json.dumps({"suite": "switch"}) + "\n"
+                            + '{"median": NaN}\n'
+                            + json.dumps(rec("boost_context", 3.0)) + "\n")
+            records, errors = bench.load_jsonl(path)
+        self.assertEqual([r["variant"] for r in records], ["spindle", "boost_context"])
+        self.assertEqual(len(errors), 3)
+        self.assertTrue(errors[0].startswith(f"{path}:2:"), errors[0])
+        self.assertTrue(errors[1].startswith(f"{path}:4:"), errors[1])
+        self.assertIn("missing field", errors[1])
+        self.assertTrue(errors[2].startswith(f"{path}:5:"), errors[2])
+
+
+class GroupingTest(unittest.TestCase):
+    def test_groups_by_suite_workload_params_metric(self):
+        records = [
+            rec("spindle", 2.0),
+            rec("boost_context", 3.0, params={"workers": 1, "fibers": 10}),  # same params, other key order
+            rec("spindle", 5.0, params={"fibers": 20, "workers": 1}),
+            rec("spindle", 7.0, workload="sum"),
+            rec("spindle", 9.0, suite="ces"),
+            rec("spindle", 0.1, metric="l1_miss_rate"),
+        ]
+        groups = bench.group_records(records)
+        self.assertEqual(len(groups), 5)
+        self.assertEqual([r["variant"] for r in groups[0].records],
+                         ["spindle", "boost_context"])
+        views = bench.workload_views(groups)
+        self.assertEqual([(v.suite, v.workload, v.metric, len(v.groups)) for v in views],
+                         [("switch", "yield", "ns_per_op", 2), ("switch", "sum", "ns_per_op", 1),
+                          ("ces", "yield", "ns_per_op", 1), ("switch", "yield", "l1_miss_rate", 1)])
+
+    def test_canonical_params(self):
+        self.assertEqual(bench.canonical_params({"a": 1, "b": {"y": 2, "x": 1}}),
+                         bench.canonical_params({"b": {"x": 1, "y": 2}, "a": 1}))
+
+
+class ReferenceTest(unittest.TestCase):
+    def test_explicit_reference_wins(self):
+        records = [rec("spindle", 1.0), rec("callback", 0.5, reference=True),
+                   rec("boost_context", 2.0)]
+        self.assertEqual(bench.select_reference(records)["variant"], "callback")
+
+    def test_first_spindle_variant(self):
+        records = [rec("std_mutex", 1.0), rec("spindle_dispatch", 2.0),
+                   rec("spindle_ces", 3.0)]
+        self.assertEqual(bench.select_reference(records)["variant"], "spindle_dispatch")
+
+    def test_first_record_otherwise(self):
+        records = [rec("tas", 1.0), rec("mcs", 2.0)]
+        self.assertEqual(bench.select_reference(records)["variant"], "tas")
+
+    def test_reference_false_is_ignored(self):
+        records = [rec("tas", 1.0, reference=False), rec("spindle", 2.0)]
+        self.assertEqual(bench.select_reference(records)["variant"], "spindle")
+
+
+class RatioTest(unittest.TestCase):
+    def test_lower_is_better(self):
+        ref, row = rec("spindle", 2.0), rec("boost_context", 6.0)
+        self.assertAlmostEqual(bench.ratio_to_reference(row, ref, False), 3.0)
+        self.assertAlmostEqual(bench.ratio_to_reference(ref, ref, False), 1.0)
+
+    def test_higher_is_better(self):
+        ref = rec("spindle_ces", 8.0e6, metric="ops_per_s", higher_is_better=True)
+        row = rec("spindle_dispatch", 1.0e6, metric="ops_per_s", higher_is_better=True)
+        self.assertAlmostEqual(bench.ratio_to_reference(row, ref, True), 8.0)
+
+    def test_zero_is_undefined(self):
+        self.assertIsNone(bench.ratio_to_reference(rec("a", 1.0), rec("b", 0.0), False))
+        self.assertEqual(bench.fmt_ratio(None), "—")
+
+    def test_formatting(self):
+        self.assertEqual(bench.fmt_ratio(2.3149), "2.31×")
+        self.assertEqual(bench.fmt_ratio(1.0, True), "1.00× (ref)")
+        self.assertEqual(bench.fmt_ratio(49.96), "50.0×")
+
+    def test_units(self):
+        self.assertEqual(bench.metric_unit("ns_per_op"), "ns/op")
+        self.assertEqual(bench.metric_unit("ops_per_s"), "ops/s")
+        self.assertEqual(bench.metric_unit("bytes"), "bytes")
+        self.assertEqual(bench.metric_unit("ns_per_yield"), "ns/yield")
+        self.assertEqual(bench.metric_unit("ratio_to_baseline"), "ratio_to_baseline")
+
+    def test_group_table(self):
+        groups = bench.group_records([
+            rec("boost_context", 6.0), rec("spindle", 2.0, note="stack randomized"),
+            rec("callback", 1.0)])
+        text = "\n".join(bench.render_group_table(groups[0]))
+        self.assertIn("| variant | median | min | max | reps | ratio |", text)
+        self.assertIn("| boost_context | 6.00 | 5.40 | 6.60 | 5 | 3.00× |", text)
+        self.assertIn("| spindle | 2.00 | 1.80 | 2.20 | 5 | 1.00× (ref) |", text)
+        self.assertIn("| callback | 1.00 | 0.900 | 1.10 | 5 | 0.50× |", text)
+        self.assertIn("- spindle: stack randomized", text)
+        self.assertIn("ns/op, lower is better", text)
+
+    def test_group_table_higher_is_better(self):
+        kw = dict(workload="mutex", suite="ces", params={"workers": 4},
+                  metric="ops_per_s", higher_is_better=True)
+        groups = bench.group_records([rec("spindle_dispatch", 1.0e5, **kw),
+                                      rec("spindle_ces", 8.0e5, reference=True, **kw)])
+        text = "\n".join(bench.render_group_table(groups[0]))
+        self.assertIn("| spindle_dispatch | 100,000 | 90,000 | 110,000 | 5 | 8.00× |", text)
+        self.assertIn("| spindle_ces | 800,000 | 720,000 | 880,000 | 5 | 1.00× (ref) |", text)
+
+
+class SweepTest(unittest.TestCase):
+    def test_one_param_sweep_detected(self):
+        sweep = bench.find_sweep(bench.group_records(hanoi_records()))
+        self.assertIsNotNone(sweep)
+        self.assertEqual(sweep.axis, "disks")
+        self.assertEqual(len(sweep.facets), 1)
+        self.assertEqual([g.params["disks"] for g in sweep.facets[0].groups],
+                         [1, 2, 3, 4, 5, 6])
+
+    def test_not_a_sweep(self):
+        # Too few points.
+        self.assertIsNone(bench.find_sweep(bench.group_records(
+            [r for r in hanoi_records() if r["params"]["disks"] <= 2])))
+        # A string parameter varies.
+        self.assertIsNone(bench.find_sweep(bench.group_records(
+            [rec("spindle", 1.0, params={"mode": m}) for m in "abc"])))
+        # Different parameter names.
+        self.assertIsNone(bench.find_sweep(bench.group_records(
+            [rec("spindle", 1.0, params={"x": 1}), rec("spindle", 1.0, params={"x": 2}),
+             rec("spindle", 1.0, params={"y": 3})])))
+
+    def test_two_param_sweep_facets(self):
+        records = [rec(v, float(t * p), workload="semaphore", suite="cqs",
+                       params={"permits": p, "threads": t})
+                   for p in (1, 2) for t in (1, 2, 4, 8) for v in ("spindle", "std")]
+        sweep = bench.find_sweep(bench.group_records(records))
+        self.assertEqual(sweep.axis, "threads")
+        self.assertEqual([f.fixed for f in sweep.facets], [{"permits": 1}, {"permits": 2}])
+
+    def test_wide_table(self):
+        records = hanoi_records()
+        records[0]["note"] = "one disk is trivial"
+        view = bench.workload_views(bench.group_records(records))[0]
+        text = "\n".join(bench.render_view(view, "switch_hanoi.png"))
+        self.assertEqual(text.count("| disks |"), 1, text)  # one table, not six
+        self.assertIn("| disks | spindle | boost_context | cxx20_stackless | "
+                      "spindle vs boost_context | spindle vs cxx20_stackless |", text)
+        # disks=5: spindle 10, boost 20, cxx20 125 -> 2.00×, 12.5×
+        self.assertIn("| 5 | 10.00 | 20.00 | 125.0 | 2.00× | 12.5× |", text)
+        self.assertIn("- spindle (disks=1): one disk is trivial", text)
+        self.assertIn("![switch hanoi: ns_per_op](switch_hanoi.png)", text)
+        self.assertNotIn("| variant | median |", text)
+
+    def test_sweep_with_missing_variant(self):
+        records = [r for r in hanoi_records()
+                   if not (r["variant"] == "boost_context" and r["params"]["disks"] == 3)]
+        view = bench.workload_views(bench.group_records(records))[0]
+        text = "\n".join(bench.render_view(view, None))
+        self.assertIn("| 3 | 6.00 | — | 27.00 | — | 4.50× |", text)
+
+
+class ReportTest(unittest.TestCase):
+    def test_full_report(self):
+        records = [rec("spindle", 2.0), rec("boost_context", 6.0)] + hanoi_records()
+        machine = {"cpu_model": "Fake CPU 9000", "logical_cpus": 8, "kernel": "6.1.0",
+                   "date": "2025-01-01T00:00:00+00:00", "git_commit": "abc1234",
+                   "build": {"compiler": "GNU 12.2.0", "build_type": "Release",
+                             "flags": " -O3 -DNDEBUG", "sanitizer": ""},
+                   "run": {"command": "/usr/bin/python3 tools/bench.py --out x",
+                           "mode": "quick",
+                           "suites": [{"name": "switch", "exit_code": 0,
+                                       "elapsed_s": 1.5, "records": 20}]}}
+        text = bench.render_report(records, machine)
+        for needle in ("# spindle benchmark report", "Fake CPU 9000", "GNU 12.2.0",
+                       "-O3 -DNDEBUG", "/usr/bin/python3 tools/bench.py --out x",
+                       "## Suite `switch`", "### yield", "### hanoi", "| switch | ok |"):
+            self.assertIn(needle, text)
+        self.assertLess(text.index("### yield"), text.index("### hanoi"))
+
+    def test_comparison(self):
+        old = [rec("spindle", 2.0), rec("boost_context", 6.0), rec("gone", 1.0),
+               rec("spindle_ces", 1e6, workload="mutex", metric="ops_per_s",
+                   higher_is_better=True)]
+        new = [rec("spindle", 1.0), rec("boost_context", 6.05), rec("fresh", 1.0),
+               rec("spindle_ces", 1.5e6, workload="mutex", metric="ops_per_s",
+                   higher_is_better=True)]
+        text = "\n".join(bench.render_comparison(new, old, "old/results.json"))
+        self.assertIn("| spindle | ns/op | 2.00 | 1.00 | -50.0% | better |", text)
+        self.assertIn("| boost_context | ns/op | 6.00 | 6.05 | +0.8% | ≈ |", text)
+        self.assertIn("| spindle_ces | ops/s | 1,000,000 | 1,500,000 | +50.0% | better |", text)
+        self.assertIn("3 records matched: 2 better, 0 worse", text)
+        self.assertIn("1 only in this run, 1 only in the old one", text)
+        self.assertIn("- switch / yield / gone / fibers=10, workers=1 / ns_per_op", text)
+
+    def test_comparison_summarizes_suites_not_run(self):
+        old = [rec("spindle", 2.0)] + [rec("spindle", float(i), suite="ces",
+                                          params={"workers": i}) for i in range(1, 50)]
+        text = "\n".join(bench.render_comparison([rec("spindle", 2.0)], old, "o.json"))
+        self.assertIn("49 only in the old one", text)
+        self.assertNotIn("- ces /", text)
+        self.assertIn("suites this run did not run: ces.", text)
+
+
+class PlotTest(unittest.TestCase):
+    def test_pngs_written(self):
+        records = ([rec("spindle", 2.0), rec("boost_context", 6.0),
+                    rec("spindle", 3.0, params={"fibers": 100, "workers": 1}),
+                    rec("boost_context", 9.0, params={"fibers": 100, "workers": 1})]
+                   + hanoi_records()
+                   + [rec("spindle", 0.1, metric="l1_miss_rate")]
+                   + [rec("spindle", 1.0 + q, suite="cqs", workload="abort",
+                          params={"queued": q}) for q in (0, 10, 1000, 100000)]
+                   + [rec(v, 1e5 * w * f, suite="ces", workload="mutex",
+                          metric="ops_per_s", higher_is_better=True,
+                          params={"workers": w})
+                      for w in (1, 2, 4, 8, 16, 32, 64, 128, 256)
+                      for v, f in (("spindle_ces", 8), ("spindle_dispatch", 1))])
+        with tempfile.TemporaryDirectory() as d:
+            plots = bench.make_plots(records, Path(d))
+            names = sorted(plots.values())
+            self.assertEqual(names, ["ces_mutex.png", "cqs_abort.png", "switch_hanoi.png",
+                                     "switch_yield_l1_miss_rate.png",
+                                     "switch_yield_ns_per_op.png"])
+            for name in names:
+                path = Path(d) / name
+                self.assertTrue(path.is_file(), name)
+                self.assertGreater(path.stat().st_size, 1000, name)
+                self.assertEqual(path.read_bytes()[:8], b"\x89PNG\r\n\x1a\n")
+
+    def test_file_names_are_safe(self):
+        view = bench.WorkloadView("ces", "cs-length", "ops_per_s", [])
+        self.assertEqual(bench.plot_file_name(view, 1), "ces_cs-length.png")
+        view = bench.WorkloadView("ces", "a/b c", "ops_per_s", [])
+        self.assertEqual(bench.plot_file_name(view, 1), "ces_a_b_c.png")
+
+
+class DriverTest(unittest.TestCase):
+    """bench.py run as a program on fake suite programs."""
+
+    def setUp(self):
+        self._tmp = tempfile.TemporaryDirectory()
+        self.tmp = Path(self._tmp.name)
+        self.build = self.tmp / "build"
+        self.out = self.tmp / "out"
+        (self.build / "bench").mkdir(parents=True)
+        (self.build / "build_info.json").write_text(json.dumps(
+            {"compiler": "GNU 12.2.0", "build_type": "Release",
+             "flags": "-O2", "sanitizer": ""}))
+        self.fake_records = [rec("spindle", 2.0, suite="fake"),
+                             rec("boost_context", 5.0, suite="fake",
+                                 note="ring of 10 fibers")]
+        # Two records, one echo each (the JSON holds no single quote).
+        write_program(self.build / "bench" / "spindle_bench_fake",
+                      'echo "fake: running yield ($MODE)" >&2\n'
+                      ': > "$OUT"\n'
+                      + "".join(f"echo '{json.dumps(r)}' >> \"$OUT\"\n"
+                                for r in self.fake_records))
+
+    def tearDown(self):
+        self._tmp.cleanup()
+
+    def run_bench(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, str(BENCH_PY), *args],
+                              capture_output=True, text=True, timeout=120)
+
+    def test_end_to_end(self):
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "fake")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("[1/1] suite fake ...", p.stdout)
+        self.assertIn("fake: running yield (--quick)", p.stderr)  # stderr passed through
+        results = json.loads((self.out / "results.json").read_text())
+        self.assertEqual(results, self.fake_records)
+        machine = json.loads((self.out / "machine.json").read_text())
+        for key in ("cpu_model", "logical_cpus", "kernel", "date", "git_commit"):
+            self.assertIn(key, machine)
+        self.assertEqual(machine["build"]["compiler"], "GNU 12.2.0")
+        self.assertEqual(machine["run"]["suites"][0]["exit_code"], 0)
+        report = (self.out / "report.md").read_text()
+        self.assertIn("## Suite `fake`", report)
+        self.assertIn("| boost_context | 5.00 | 4.50 | 5.50 | 5 | 2.50× |", report)
+        self.assertIn("- boost_context: ring of 10 fibers", report)
+        self.assertIn("--suite fake", report)  # the command line
+        self.assertIn("![fake yield: ns_per_op](fake_yield.png)", report)
+        self.assertGreater((self.out / "fake_yield.png").stat().st_size, 0)
+
+        # --full is passed on; --report-only rebuilds without running.
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "fake", "--full")
+        self.assertIn("(--full)", p.stderr)
+        (self.out / "report.md").unlink()
+        (self.out / "fake_yield.png").unlink()
+        p = self.run_bench("--out", str(self.out), "--report-only",
+                           "--compare", str(self.out / "results.json"))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertNotIn("suite fake ...", p.stdout)
+        report = (self.out / "report.md").read_text()
+        self.assertIn("## Comparison with an earlier run", report)
+        self.assertIn("Report rebuilt from results.json", report)
+        self.assertTrue((self.out / "fake_yield.png").is_file())
+
+    def test_failing_program(self):
+        write_program(self.build / "bench" / "spindle_bench_broken", """\
+            echo "broken: about to fail" >&2
+            exit 3
+            """)
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "broken,fake")
+        self.assertNotEqual(p.returncode, 0)
+        self.assertIn("[1/2] suite broken ...", p.stdout)
+        self.assertIn("FAILED", p.stdout)
+        self.assertIn("[2/2] suite fake ...", p.stdout)  # later suites still run
+        report = (self.out / "report.md").read_text()
+        self.assertIn("## Suite `fake`", report)
+        self.assertIn("| broken | FAILED (exit status 3) |", report)
+
+    def test_malformed_record_fails_run(self):
+        write_program(self.build / "bench" / "spindle_bench_bad", f"""\
+            echo '{json.dumps(rec("spindle", 1.0, suite="bad"))}' > "$OUT"
+            echo '{{"suite": "bad"}}' >> "$OUT"
+            """)
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "bad")
+        self.assertEqual(p.returncode, 1)
+        self.assertIn("bad.jsonl:2: missing field", p.stderr)
+        self.assertEqual(len(json.loads((self.out / "results.json").read_text())), 1)
+
+    def test_missing_program_is_an_error(self):
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "nope")
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("spindle_bench_nope", p.stderr)
+        self.assertIn("does not exist", p.stderr)
+        self.assertFalse((self.out / "results.json").exists())
+
+    def test_default_suites(self):
+        # Only known suite names are run by default; none built -> error.
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out))
+        self.assertEqual(p.returncode, 2)
+        self.assertIn("no benchmark programs", p.stderr)
+        write_program(self.build / "bench" / "spindle_bench_cqs", """\
+            echo '{"suite": "cqs", "workload": "latch", "variant": "spindle", "params": {}, "metric": "ns_per_op", "higher_is_better": false, "median": 1, "min": 1, "max": 1, "reps": 1}' > "$OUT"
+            """)
+        write_program(self.build / "bench" / "spindle_bench_switch", """\
+            echo '{"suite": "switch", "workload": "yield", "variant": "spindle", "params": {}, "metric": "ns_per_op", "higher_is_better": false, "median": 1, "min": 1, "max": 1, "reps": 1}' > "$OUT"
+            """)
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out))
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("[1/2] suite switch ...", p.stdout)
+        self.assertIn("[2/2] suite cqs ...", p.stdout)
+        self.assertNotIn("suite fake", p.stdout)
+
+
+if __name__ == "__main__":
+    unittest.main()
