@@ -147,19 +147,6 @@ namespace {
 [[noreturn]] void finish_fiber(fiber_ctx* c) noexcept {
     worker* w = tl_worker;
     scheduler_state* s = w->sched;
-    if (c->error && c->refs.load(std::memory_order_acquire) == 1) {
-        // Only our reference is left: the handle was detached; nobody can
-        // receive the exception.
-        try {
-            std::rethrow_exception(c->error);
-        } catch (const std::exception& e) {
-            fatal("detached fiber %llu ended with an exception: %s",
-                  static_cast<unsigned long long>(c->id), e.what());
-        } catch (...) {
-            fatal("detached fiber %llu ended with an exception",
-                  static_cast<unsigned long long>(c->id));
-        }
-    }
     // acq_rel: release publishes `error`; acquire sees the joiner's waiter.
     void* j = c->join_state.exchange(join_done, std::memory_order_acq_rel);
     if (j != nullptr) wake(static_cast<waiter*>(j));
@@ -291,6 +278,19 @@ void submit_new_fiber(scheduler_state* s, fiber_ctx* c) noexcept {
 void release_fiber(fiber_ctx* c) noexcept {
     // acq_rel: whoever frees must see all writes of the other owner.
     if (c->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+        if (c->error) {
+            // join() takes the exception out before it lets go; one still
+            // here at the end was never received: the fiber was detached.
+            try {
+                std::rethrow_exception(c->error);
+            } catch (const std::exception& e) {
+                fatal("detached fiber %llu ended with an exception: %s",
+                      static_cast<unsigned long long>(c->id), e.what());
+            } catch (...) {
+                fatal("detached fiber %llu ended with an exception",
+                      static_cast<unsigned long long>(c->id));
+            }
+        }
         stack_region st = c->stack;
         c->~fiber_ctx();
         release_stack(st);

@@ -255,6 +255,16 @@ TEST(FiberDeath, JoinTwiceAborts) {
         "spindle: join\\(\\) on a fiber handle that is not joinable");
 }
 
+TEST(FiberDeath, DetachedFiberEndingWithExceptionAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            sched.spawn([] { throw std::runtime_error("lost"); }).detach();
+        },
+        "spindle: detached fiber [0-9]+ ended with an exception: lost");
+}
+
 TEST(FiberDeath, SchedulerDestroyedFromItsOwnFiberAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(
