@@ -33,6 +33,8 @@ struct scheduler_state {
     std::atomic<std::size_t> live{0};
     std::atomic<bool> stopping{false};
     std::atomic<unsigned> next_worker{0};  // round-robin placement; relaxed, a hint
+    // Threads inside inject_push() for one of our workers (see there).
+    std::atomic<unsigned> wakes_in_flight{0};
 };
 
 void fatal(const char* fmt, ...) noexcept {
@@ -78,6 +80,13 @@ void wake_all_workers(scheduler_state* s) noexcept {
 namespace {
 
 void inject_push(worker* w, fiber_ctx* f) noexcept {
+    // Once `f` is on the list its worker may run it to the end, and its
+    // scheduler may then be destroyed, while we are still in notify_worker()
+    // below. `wakes_in_flight` keeps ~scheduler from freeing the workers until
+    // we are done with them. Incremented before the push, so the destructor
+    // (which runs after `f` finished, hence after the push) sees it.
+    scheduler_state* s = w->sched;
+    s->wakes_in_flight.fetch_add(1, std::memory_order_seq_cst);
     fiber_ctx* head = w->inject_head.load(std::memory_order_relaxed);
     do {
         f->inject_next = head;
@@ -87,6 +96,8 @@ void inject_push(worker* w, fiber_ctx* f) noexcept {
     } while (!w->inject_head.compare_exchange_weak(head, f, std::memory_order_seq_cst,
                                                    std::memory_order_relaxed));
     notify_worker(w);
+    // release: our last use of *w happens-before the destructor's acquire load.
+    s->wakes_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
 bool should_stop(scheduler_state* s) noexcept {
@@ -366,8 +377,16 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
         w->index = i;
         s->workers.push_back(std::move(w));
     }
-    for (unsigned i = 0; i < n; ++i)
-        s->threads.emplace_back(detail::run_worker_thread, s->workers[i].get());
+    try {
+        for (unsigned i = 0; i < n; ++i)
+            s->threads.emplace_back(detail::run_worker_thread, s->workers[i].get());
+    } catch (...) {
+        // Stop the workers already started (they have no fibers) and report.
+        s->stopping.store(true, std::memory_order_seq_cst);
+        detail::wake_all_workers(state_);
+        for (auto& t : s->threads) t.join();
+        throw;
+    }
     s.release();
 }
 
@@ -378,6 +397,8 @@ scheduler::~scheduler() {
     state_->stopping.store(true, std::memory_order_seq_cst);
     detail::wake_all_workers(state_);
     for (auto& t : state_->threads) t.join();
+    // A thread that woke one of our fibers may still be finishing its notify.
+    while (state_->wakes_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
     delete state_;
 }
 

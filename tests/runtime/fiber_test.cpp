@@ -276,3 +276,49 @@ TEST(FiberDeath, SchedulerDestroyedFromItsOwnFiberAborts) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Fiber, SwitchingInsideCatchHandlersKeepsEachFibersException) {
+    // Each fiber's caught-exception stack travels with it: a rethrow inside
+    // a handler after a yield rethrows that fiber's own exception.
+    scheduler sched({.workers = 1});
+    std::string got_a, got_b;
+    auto body = [](const char* mine, std::string& got) {
+        return [mine, &got] {
+            try {
+                throw std::runtime_error(mine);
+            } catch (const std::exception&) {
+                spindle::this_fiber::yield();  // the other fiber enters its handler meanwhile
+                try {
+                    throw;
+                } catch (const std::exception& again) {
+                    got = again.what();
+                }
+            }
+            EXPECT_EQ(std::current_exception(), nullptr);
+        };
+    };
+    fiber a = sched.spawn(body("A", got_a));
+    fiber b = sched.spawn(body("B", got_b));
+    a.join();
+    b.join();
+    EXPECT_EQ(got_a, "A");
+    EXPECT_EQ(got_b, "B");
+}
+
+TEST(Fiber, WakingAFiberOfASchedulerThatIsDestroyedRightAfter) {
+    // A fiber of `outer` joins a fiber of `inner`; `outer` is destroyed as
+    // soon as its fiber returns. The waker (inner's worker) must not touch
+    // outer's workers after that.
+    scheduler inner({.workers = 1});
+    for (int round = 0; round < 200; ++round) {
+        auto outer = std::make_unique<scheduler>(scheduler::options{.workers = 1});
+        fiber target = inner.spawn([] { spindle::this_fiber::yield(); });
+        outer->spawn([&target] { target.join(); }).join();
+        outer.reset();
+    }
+    SUCCEED();
+}
+
+}  // namespace

@@ -3,6 +3,7 @@
 // non-trivial value types, use inside fibers, and misuse.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
@@ -205,5 +206,53 @@ TEST(GeneratorDeath, ResumingFromInsideItsBodyAborts) {
         "spindle: generator [0-9]+ resumed from inside its own body");
 }
 #endif
+
+}  // namespace
+
+namespace {
+
+TEST(Generator, LargeBodyLivesOnTheHeap) {
+    // A capture larger than a minimum-size stack must not be placed on it.
+    std::array<std::uint64_t, 4096> big{};  // 32 KiB
+    for (std::size_t i = 0; i < big.size(); ++i) big[i] = i;
+    spindle::generator<std::uint64_t> g(
+        [big](auto& y) {
+            for (auto v : big) y(v);
+        },
+        spindle::min_stack_size);
+    std::uint64_t sum = 0;
+    for (auto v : g) sum += v;
+    EXPECT_EQ(sum, 4095u * 4096u / 2u);
+}
+
+TEST(Generator, RangeForStopsWhenTheBodyEndedThroughNext) {
+    spindle::generator<int> g([](auto& y) {
+        y(1);
+        y(2);
+    });
+    int seen = 0;
+    for (int v : g) {
+        seen += v;
+        while (g.next()) {
+        }  // drains the body from inside the loop
+    }
+    EXPECT_EQ(seen, 1);
+    EXPECT_TRUE(g.done());
+}
+
+TEST(Generator, CatchHandlerStateDoesNotLeakAcrossYields) {
+    spindle::generator<int> g([](auto& y) {
+        try {
+            throw std::runtime_error("inside");
+        } catch (...) {
+            y(1);  // suspended inside a handler
+        }
+        y(2);
+    });
+    ASSERT_TRUE(g.next());
+    EXPECT_EQ(std::current_exception(), nullptr);  // the body's exception is not ours
+    ASSERT_TRUE(g.next());
+    EXPECT_EQ(g.value(), 2);
+}
 
 }  // namespace

@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <cxxabi.h>
+
 #include <spindle/arch/config.hpp>
 
 #if defined(__x86_64__)
@@ -49,8 +51,20 @@
 
 namespace spindle::arch {
 
+// The C++ runtime's per-thread exception state (Itanium ABI
+// __cxa_eh_globals: the stack of caught exceptions and the uncaught count).
+// It belongs to a thread of execution, so it travels with each context: a
+// fiber that switches inside a catch handler must not pop or rethrow another
+// fiber's exception.
+struct eh_state {
+    void* caught = nullptr;
+    std::uintptr_t uncaught = 0;  // an unsigned int and padding in the ABI struct
+};
+static_assert(sizeof(eh_state) == 2 * sizeof(void*), "__cxa_eh_globals is two words here");
+
 struct context {
     raw_context regs;  // read and written by the asm; must stay first
+    eh_state eh;       // this context's exception state while it is suspended; zero while it runs
 #if SPINDLE_ASAN
     const void* stack_bottom = nullptr;  // lowest address of the stack this context runs on
     std::size_t stack_size = 0;
@@ -58,11 +72,21 @@ struct context {
 #endif
 #if SPINDLE_TSAN
     void* tsan_fiber = nullptr;  // TSan's fiber object to switch to when resuming this context
+    void* tsan_owned = nullptr;  // the one annotate_new_context made (tsan_fiber may differ while
+                                 // the context runs a generator's body)
 #endif
 };
 static_assert(offsetof(context, regs) == 0, "the switch reads the registers at offset 0");
 
 namespace detail {
+// This thread's __cxa_eh_globals, looked up once per thread.
+inline thread_local void* tl_eh_globals = nullptr;
+SPINDLE_ALWAYS_INLINE void* eh_globals() noexcept {
+    void* g = tl_eh_globals;
+    if (g == nullptr) [[unlikely]]
+        g = tl_eh_globals = abi::__cxa_get_globals();
+    return g;
+}
 #if SPINDLE_ASAN
 // The context a switch on this thread started from; read right after the
 // switch lands to record that context's stack bounds. Thread-local because
@@ -81,17 +105,18 @@ inline void annotate_new_context([[maybe_unused]] context* ctx, [[maybe_unused]]
     ctx->fake_stack = nullptr;
 #endif
 #if SPINDLE_TSAN
-    ctx->tsan_fiber = __tsan_create_fiber(0);
+    ctx->tsan_fiber = ctx->tsan_owned = __tsan_create_fiber(0);
 #endif
+    ctx->eh = eh_state{};
 }
 
 // Release what annotate_new_context took. Call only once the context will
 // never run again and is not the running one.
 inline void annotate_destroy_context([[maybe_unused]] context* ctx) noexcept {
 #if SPINDLE_TSAN
-    if (ctx->tsan_fiber != nullptr) {
-        __tsan_destroy_fiber(ctx->tsan_fiber);
-        ctx->tsan_fiber = nullptr;
+    if (ctx->tsan_owned != nullptr) {
+        __tsan_destroy_fiber(ctx->tsan_owned);
+        ctx->tsan_owned = ctx->tsan_fiber = nullptr;
     }
 #endif
 }
@@ -99,6 +124,20 @@ inline void annotate_destroy_context([[maybe_unused]] context* ctx) noexcept {
 SPINDLE_ALWAYS_INLINE void before_switch([[maybe_unused]] context* from,
                                          [[maybe_unused]] context* to,
                                          [[maybe_unused]] bool from_finished) noexcept {
+    // Exception state: park ours in `from`, install the one `to` left. The
+    // state of the running context lives in the thread's globals and its own
+    // `eh` field is kept zero, so when neither side has an exception in
+    // flight (nearly always) this is four loads and no store: no chain of
+    // stores and reloads through the globals from one switch to the next.
+    auto* g = static_cast<eh_state*>(detail::eh_globals());
+    const eh_state cur = *g;
+    const eh_state next = to->eh;
+    if ((reinterpret_cast<std::uintptr_t>(cur.caught) | cur.uncaught |
+         reinterpret_cast<std::uintptr_t>(next.caught) | next.uncaught) != 0) [[unlikely]] {
+        if (!from_finished) from->eh = cur;
+        *g = next;
+        to->eh = eh_state{};
+    }
 #if SPINDLE_ASAN
     detail::asan_switch_from = from;
     __sanitizer_start_switch_fiber(from_finished ? nullptr : &from->fake_stack, to->stack_bottom,

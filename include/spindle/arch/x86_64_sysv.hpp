@@ -78,7 +78,7 @@ static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
 #endif
 
-// Everything but rax, rsi, rdi (which the templates use as operands), rsp
+// Everything but rax, rsi and rdi (operands or clobbers, per template), rsp
 // and rbp (saved explicitly).
 #define SPINDLE_X86_SWITCH_CLOBBERS_BASE                                                           \
     "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",                     \
@@ -122,6 +122,11 @@ SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexce
 // switched back to us.
 template <std::size_t FromOff, std::size_t ToOff>
 SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word) noexcept {
+#if SPINDLE_SAVE_FP_CONTROL
+    unsigned int mxcsr;
+    unsigned short fpucw;
+    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpucw));
+#endif
     __asm__ volatile(
         "leaq 1f(%%rip), %%rcx\n\t"
         "movq %%rsp, %c[fo](%[s])\n\t"
@@ -134,6 +139,9 @@ SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word
         : [s] "+D"(shared), "+a"(word)
         : [fo] "i"(FromOff), [to] "i"(ToOff)
         : SPINDLE_X86_SWITCH_CLOBBERS_BASE, "rsi");
+#if SPINDLE_SAVE_FP_CONTROL
+    __asm__ volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr), "m"(fpucw));
+#endif
 }
 
 // Prepare `ctx` so that the first switch to it calls entry(ctx, from) on the

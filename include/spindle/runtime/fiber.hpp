@@ -17,13 +17,20 @@
 //   state of handle      | join()                 | detach()      | ~fiber()
 //   ---------------------+------------------------+---------------+-------------------
 //   joinable, running    | waits, then as below   | lets it run   | aborts (message)
-//   joinable, finished   | returns, rethrows the  | frees it      | aborts (message)
+//   joinable, finished   | returns, rethrows the  | frees it (*)  | aborts (message)
 //                        | body's exception       |               |
 //   not joinable         | aborts (message)       | aborts        | nothing
 //   joining itself       | aborts (deadlock)      |               |
 //
-// An exception that escapes the body of a detached fiber calls
-// std::terminate, as for std::thread.
+// (*) An exception that escaped the body of a fiber nobody joins is lost;
+// spindle reports it ("detached fiber <id> ended with an exception: ...")
+// and aborts where the fiber's last reference is dropped: in detach() if the
+// fiber had already finished, else on its worker when it finishes. (Like
+// std::thread, where it would call std::terminate.)
+//
+// Exception state (the caught-exception stack and uncaught count of the C++
+// runtime) is saved and restored with each fiber and generator, so a fiber
+// may suspend inside a catch handler.
 //
 // Stack: `fiber_options::stack_size` (default: the scheduler's, which is
 // SPINDLE_STACK_SIZE or 128 KiB; minimum 16 KiB). Overflowing it hits a guard

@@ -114,6 +114,8 @@ class generator {
 
 public:
     using value_type = T;
+    // Bodies larger than this live on the heap rather than on the stack top.
+    static constexpr std::size_t inline_body_max = 1024;
 
     // Handed to the body; call it (or .yield) to produce a value.
     class yielder {
@@ -124,9 +126,9 @@ public:
             if constexpr (in_word) std::memcpy(&word, &v, sizeof(T));
             else if constexpr (by_copy) f->slot = v;
             else f->slot = std::addressof(v);
-#if SPINDLE_DEBUG_CHECKS
+            // Cleared whatever SPINDLE_DEBUG_CHECKS says here: the check in
+            // resume() may be compiled into another translation unit.
             f->running = false;
-#endif
             f = static_cast<frame_base*>(detail::gen_yield(f, word));
             if (f->unwinding) [[unlikely]]
                 throw detail::generator_unwind{};
@@ -146,9 +148,20 @@ public:
                  std::is_invocable_v<std::decay_t<Fn>&, yielder&>)
     explicit generator(Fn&& body, std::size_t stack_size = 0) {
         using F = std::decay_t<Fn>;
+        // A body (the callable and its captures) is stored at the top of the
+        // generator's stack when small; a large one goes to the heap so it can
+        // never reach below the stack's guard.
+        constexpr bool inline_body = sizeof(F) <= inline_body_max && alignof(F) <= 64;
         struct frame : frame_base {
-            explicit frame(Fn&& b) : body(std::forward<Fn>(b)) {}
-            F body;
+            explicit frame(Fn&& b) : storage(make(std::forward<Fn>(b))) {}
+            static auto make(Fn&& b) {
+                if constexpr (inline_body) return F(std::forward<Fn>(b));
+                else return std::make_unique<F>(std::forward<Fn>(b));
+            }
+            F& body() noexcept {
+                if constexpr (inline_body) return storage; else return *storage;
+            }
+            std::conditional_t<inline_body, F, std::unique_ptr<F>> storage;
         };
         static_assert(alignof(frame) <= 64, "generator body over-aligned");
         if (stack_size == 0) stack_size = detail::default_stack_size_from_env();
@@ -167,7 +180,7 @@ public:
         f->invoke = [](detail::generator_frame_base* b) {
             auto* self = static_cast<frame*>(b);
             yielder y(self);
-            std::invoke(self->body, y);
+            std::invoke(self->body(), y);
         };
         f->destroy = [](detail::generator_frame_base* b) { static_cast<frame*>(b)->~frame(); };
         detail::set_stack_owner(st, detail::stack_owner::generator, f->id);
@@ -213,7 +226,7 @@ public:
         const T& operator*() const noexcept { return g_->value(); }
         const T* operator->() const noexcept { return std::addressof(g_->value()); }
         iterator& operator++() {
-            at_end_ = !g_->resume(g_->f_);
+            at_end_ = !g_->next();  // next(): the body may have ended through a direct next()
             return *this;
         }
         void operator++(int) { ++*this; }
