@@ -47,6 +47,15 @@ void* page_of(const void* p) {
 }
 
 // Whether the page holding `p` is mapped at all (mincore: ENOMEM when not).
+// Under ThreadSanitizer the runtime maps memory from a background thread, so
+// an address we just unmapped may already be mapped again by it: there
+// "unmapped" cannot be observed reliably and the checks below are skipped.
+#if SPINDLE_TSAN
+#define SKIP_UNMAP_CHECK_UNDER_TSAN() GTEST_SKIP() << "TSan's runtime may remap a freed address at once"
+#else
+#define SKIP_UNMAP_CHECK_UNDER_TSAN() (void)0
+#endif
+
 bool is_mapped(const void* p) {
     unsigned char v = 0;
     if (::mincore(page_of(p), page(), &v) == 0) return true;
@@ -231,11 +240,13 @@ TEST(Stack, PoolKeepsAtMostCapacityAndUnmapsTheOldest) {
         constexpr std::size_t n = spindle::detail::stack_pool_capacity + 1;
         std::vector<stack_region> held;
         for (std::size_t i = 0; i < n; ++i) held.push_back(acquire_stack(min_stack_size));
-        std::byte* const first = held.front().map_base;
+        [[maybe_unused]] std::byte* const first = held.front().map_base;
         std::set<std::byte*> pooled;
         for (std::size_t i = 1; i < n; ++i) pooled.insert(held[i].map_base);
         for (auto& s : held) release_stack(s);
+#if !SPINDLE_TSAN  // see SKIP_UNMAP_CHECK_UNDER_TSAN
         EXPECT_FALSE(is_mapped(first)) << "the stack pooled first must be evicted and unmapped";
+#endif
         std::set<std::byte*> reused;
         for (std::size_t i = 1; i < n; ++i) {
             stack_region s = acquire_stack(min_stack_size);
@@ -252,6 +263,7 @@ TEST(Stack, ThreadExitUnmapsItsPoolAndCrossThreadRelease) {
     std::byte* const base = s.map_base;
     std::thread([&] { release_stack(s); }).join();  // ...pooled there, unmapped at its exit
     EXPECT_FALSE(s);
+    SKIP_UNMAP_CHECK_UNDER_TSAN();
     EXPECT_FALSE(is_mapped(base));
 }
 
@@ -269,6 +281,7 @@ TEST(Stack, ReleaseAfterPoolDestroyedUnmapsDirectly) {
         base = holder.s.map_base;
     }).join();
     ASSERT_NE(base, nullptr);
+    SKIP_UNMAP_CHECK_UNDER_TSAN();
     EXPECT_FALSE(is_mapped(base));
 }
 

@@ -223,10 +223,13 @@ public:
         using difference_type = std::ptrdiff_t;
         using reference = const T&;
         iterator() = default;
-        const T& operator*() const noexcept { return g_->value(); }
-        const T* operator->() const noexcept { return std::addressof(g_->value()); }
+        const T& operator*() const noexcept { return f_->get(); }
+        const T* operator->() const noexcept { return std::addressof(f_->get()); }
         iterator& operator++() {
-            at_end_ = !g_->next();  // next(): the body may have ended through a direct next()
+            // The frame pointer is kept here, not re-read from the generator:
+            // it comes back from the switch in a register. Checking `done`
+            // first covers a body that ended through a direct next().
+            at_end_ = f_->done || !resume(f_);
             return *this;
         }
         void operator++(int) { ++*this; }
@@ -234,8 +237,9 @@ public:
 
     private:
         friend class generator;
-        iterator(generator* g, bool at_end) noexcept : g_(g), at_end_(at_end) {}
+        iterator(generator* g, bool at_end) noexcept : g_(g), f_(g->f_), at_end_(at_end) {}
         generator* g_ = nullptr;
+        frame_base* f_ = nullptr;
         bool at_end_ = true;
     };
 
@@ -244,7 +248,7 @@ public:
 
 private:
     // f is not done.
-    SPINDLE_ALWAYS_INLINE bool resume(frame_base* f) {
+    SPINDLE_ALWAYS_INLINE static bool resume(frame_base* f) {
 #if SPINDLE_DEBUG_CHECKS
         if (f->running) detail::generator_misuse(f->id, "resumed from inside its own body");
         f->running = true;
@@ -257,7 +261,7 @@ private:
         return true;
     }
 
-    SPINDLE_NOINLINE bool finished(frame_base* f) {
+    SPINDLE_NOINLINE static bool finished(frame_base* f) {
         if (f->error) std::rethrow_exception(std::exchange(f->error, nullptr));
         return false;
     }
