@@ -41,6 +41,14 @@ static_assert(offsetof(raw_context, sp) == 0x00, "asm reads sp at 0x00");
 static_assert(offsetof(raw_context, fp) == 0x08, "asm reads fp at 0x08");
 static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
 
+// Everything but x0/x1 (the operands), sp and x29 (saved explicitly).
+#define SPINDLE_AARCH64_SWITCH_CLOBBERS                                                            \
+    "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14", "x15",      \
+        "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26", "x27", "x28", \
+        "x30", "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10", "v11", "v12",   \
+        "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22", "v23", "v24", "v25", \
+        "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory"
+
 SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexcept {
     register raw_context* t __asm__("x0") = to;
     register raw_context* f __asm__("x1") = from;
@@ -58,11 +66,7 @@ SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexce
         "1:\n\t"
         : [f] "+r"(f), [t] "+r"(t)
         :
-        : "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
-          "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26",
-          "x27", "x28", "x30", "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10",
-          "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22",
-          "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory");
+        : SPINDLE_AARCH64_SWITCH_CLOBBERS);
 }
 
 // See raw_switch_shared in x86_64_sysv.hpp: `shared` travels in x0 and
@@ -85,11 +89,7 @@ SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word
         "1:\n\t"
         : [s] "+r"(s), "+r"(w)
         : [fo] "i"(FromOff), [to] "i"(ToOff)
-        : "x2", "x3", "x4", "x5", "x6", "x7", "x8", "x9", "x10", "x11", "x12", "x13", "x14",
-          "x15", "x16", "x17", "x18", "x19", "x20", "x21", "x22", "x23", "x24", "x25", "x26",
-          "x27", "x28", "x30", "v0", "v1", "v2", "v3", "v4", "v5", "v6", "v7", "v8", "v9", "v10",
-          "v11", "v12", "v13", "v14", "v15", "v16", "v17", "v18", "v19", "v20", "v21", "v22",
-          "v23", "v24", "v25", "v26", "v27", "v28", "v29", "v30", "v31", "cc", "memory");
+        : SPINDLE_AARCH64_SWITCH_CLOBBERS);
     shared = s;
     word = w;
 }

@@ -86,14 +86,30 @@ static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
         "st(7)", "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7", "cc", "memory"
 #define SPINDLE_X86_SWITCH_CLOBBERS "rax", SPINDLE_X86_SWITCH_CLOBBERS_BASE
 
-// Suspend the running context into `from` and continue `to`. Returns when
-// some other context switches back to `from`.
-SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexcept {
+// x87 control word and MXCSR, carried across a switch only when
+// SPINDLE_SAVE_FP_CONTROL is 1 (otherwise both functions are empty).
+struct fp_control {
 #if SPINDLE_SAVE_FP_CONTROL
     unsigned int mxcsr;
     unsigned short fpucw;
-    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpucw));
+    static SPINDLE_ALWAYS_INLINE fp_control save() noexcept {
+        fp_control c;
+        __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(c.mxcsr), "=m"(c.fpucw));
+        return c;
+    }
+    SPINDLE_ALWAYS_INLINE void restore() const noexcept {
+        __asm__ volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr), "m"(fpucw));
+    }
+#else
+    static SPINDLE_ALWAYS_INLINE fp_control save() noexcept { return {}; }
+    SPINDLE_ALWAYS_INLINE void restore() const noexcept {}
 #endif
+};
+
+// Suspend the running context into `from` and continue `to`. Returns when
+// some other context switches back to `from`.
+SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexcept {
+    [[maybe_unused]] const fp_control fpc = fp_control::save();
     __asm__ volatile(
         "leaq 1f(%%rip), %%rax\n\t"
         "movq %%rsp, 0x00(%[f])\n\t"
@@ -106,9 +122,7 @@ SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexce
         : [f] "+S"(from), [t] "+D"(to)
         :
         : SPINDLE_X86_SWITCH_CLOBBERS);
-#if SPINDLE_SAVE_FP_CONTROL
-    __asm__ volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr), "m"(fpucw));
-#endif
+    fpc.restore();
 }
 
 // The same switch for two contexts that live in one record at offsets
@@ -122,11 +136,7 @@ SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexce
 // switched back to us.
 template <std::size_t FromOff, std::size_t ToOff>
 SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word) noexcept {
-#if SPINDLE_SAVE_FP_CONTROL
-    unsigned int mxcsr;
-    unsigned short fpucw;
-    __asm__ volatile("stmxcsr %0\n\tfnstcw %1" : "=m"(mxcsr), "=m"(fpucw));
-#endif
+    [[maybe_unused]] const fp_control fpc = fp_control::save();
     __asm__ volatile(
         "leaq 1f(%%rip), %%rcx\n\t"
         "movq %%rsp, %c[fo](%[s])\n\t"
@@ -139,9 +149,7 @@ SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word
         : [s] "+D"(shared), "+a"(word)
         : [fo] "i"(FromOff), [to] "i"(ToOff)
         : SPINDLE_X86_SWITCH_CLOBBERS_BASE, "rsi");
-#if SPINDLE_SAVE_FP_CONTROL
-    __asm__ volatile("ldmxcsr %0\n\tfldcw %1" : : "m"(mxcsr), "m"(fpucw));
-#endif
+    fpc.restore();
 }
 
 // Prepare `ctx` so that the first switch to it calls entry(ctx, from) on the
