@@ -382,6 +382,7 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
             s->threads.emplace_back(detail::run_worker_thread, s->workers[i].get());
     } catch (...) {
         // Stop the workers already started (they have no fibers) and report.
+        // seq_cst store pairs with should_stop()'s load, as in ~scheduler.
         s->stopping.store(true, std::memory_order_seq_cst);
         detail::wake_all_workers(state_);
         for (auto& t : s->threads) t.join();

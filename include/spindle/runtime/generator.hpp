@@ -237,8 +237,7 @@ public:
 
     private:
         friend class generator;
-        iterator(generator* g, bool at_end) noexcept : g_(g), f_(g->f_), at_end_(at_end) {}
-        generator* g_ = nullptr;
+        iterator(generator* g, bool at_end) noexcept : f_(g->f_), at_end_(at_end) {}
         frame_base* f_ = nullptr;
         bool at_end_ = true;
     };
