@@ -26,9 +26,30 @@ void generator_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     } catch (...) {
         f->error = std::current_exception();
     }
-    f->done = true;
+    f->status |= gen_done;
     f->running = false;
+    gen_eh_leave(f);
     arch::switch_shared_final<gen_self_off, gen_caller_off>(f, 0);
+}
+
+void gen_eh_enter_slow(generator_frame_base* f, arch::eh_state* g) noexcept {
+    // The consumer may be inside a handler: park its state, run the body with
+    // the one it left at its last yield (zero if it yielded outside handlers).
+    f->caller.eh = *g;
+    *g = f->self.eh;
+    f->self.eh = arch::eh_state{};
+    f->status = static_cast<std::uint8_t>((f->status & ~gen_body_eh) | gen_eh_swapped);
+}
+
+void gen_eh_leave_slow(generator_frame_base* f, arch::eh_state* g) noexcept {
+    // Park the body's state (it may be yielding inside a handler) and give
+    // the consumer back its own: parked by the resume, or zero if none was.
+    const arch::eh_state body = *g;
+    f->self.eh = body;
+    *g = f->caller.eh;
+    f->caller.eh = arch::eh_state{};
+    f->status = static_cast<std::uint8_t>((f->status & ~(gen_eh_swapped | gen_body_eh)) |
+                                          (eh_state_busy(body) ? gen_body_eh : 0));
 }
 
 void generator_misuse(std::uint64_t id, const char* what) noexcept {

@@ -185,6 +185,67 @@ TEST(Generator, ResumedOnAnotherThread) {
     EXPECT_EQ(g.value(), 2);
 }
 
+TEST(Generator, ConsumerAndBodyHandlersStayApart) {
+    // The consumer resumes from inside its own handler; the body sees none of
+    // it, yields from inside a handler of its own, and each side's rethrow
+    // finds its own exception, in every order of entering and leaving.
+    spindle::generator<int> g([](auto& y) {
+        y(std::current_exception() == nullptr ? 1 : -1);
+        try {
+            throw std::runtime_error("body");
+        } catch (...) {
+            y(2);
+            try {
+                throw;
+            } catch (const std::runtime_error& e) {
+                y(std::string(e.what()) == "body" ? 3 : -3);
+            }
+        }
+        y(std::current_exception() == nullptr ? 4 : -4);
+    });
+    try {
+        throw std::logic_error("consumer");
+    } catch (...) {
+        ASSERT_TRUE(g.next());
+        EXPECT_EQ(g.value(), 1);
+        ASSERT_TRUE(g.next());
+        EXPECT_EQ(g.value(), 2);
+        try {
+            throw;
+        } catch (const std::logic_error& e) {
+            EXPECT_STREQ(e.what(), "consumer");
+        }
+    }
+    EXPECT_EQ(std::current_exception(), nullptr);  // body still inside its handler
+    ASSERT_TRUE(g.next());
+    EXPECT_EQ(g.value(), 3);
+    EXPECT_EQ(std::uncaught_exceptions(), 0);
+    ASSERT_TRUE(g.next());
+    EXPECT_EQ(g.value(), 4);
+    EXPECT_FALSE(g.next());
+    EXPECT_EQ(std::current_exception(), nullptr);
+}
+
+TEST(Generator, DestroyedWhileInsideItsHandler) {
+    bool unwound = false;
+    {
+        spindle::generator<int> g([&](auto& y) {
+            struct mark {
+                bool* b;
+                ~mark() { *b = true; }
+            } m{&unwound};
+            try {
+                throw std::runtime_error("body");
+            } catch (...) {
+                y(1);
+            }
+        });
+        ASSERT_TRUE(g.next());
+    }
+    EXPECT_TRUE(unwound);
+    EXPECT_EQ(std::current_exception(), nullptr);
+}
+
 TEST(Generator, TooSmallStackIsRejected) {
     EXPECT_THROW(generator<int>([](auto&) {}, 1024), std::invalid_argument);
 }

@@ -121,14 +121,12 @@ inline void annotate_destroy_context([[maybe_unused]] context* ctx) noexcept {
 #endif
 }
 
-SPINDLE_ALWAYS_INLINE void before_switch([[maybe_unused]] context* from,
-                                         [[maybe_unused]] context* to,
-                                         [[maybe_unused]] bool from_finished) noexcept {
-    // Exception state: park ours in `from`, install the one `to` left. The
-    // state of the running context lives in the thread's globals and its own
-    // `eh` field is kept zero, so when neither side has an exception in
-    // flight (nearly always) this is four loads and no store: no chain of
-    // stores and reloads through the globals from one switch to the next.
+// Exception state: park ours in `from`, install the one `to` left. The state
+// of the running context lives in the thread's globals and its own `eh` field
+// is kept zero, so when neither side has an exception in flight (nearly
+// always) this is four loads and no store: no chain of stores and reloads
+// through the globals from one switch to the next.
+SPINDLE_ALWAYS_INLINE void swap_eh_state(context* from, context* to, bool from_finished) noexcept {
     auto* g = static_cast<eh_state*>(detail::eh_globals());
     const eh_state cur = *g;
     const eh_state next = to->eh;
@@ -138,6 +136,12 @@ SPINDLE_ALWAYS_INLINE void before_switch([[maybe_unused]] context* from,
         *g = next;
         to->eh = eh_state{};
     }
+}
+
+// The sanitizer half of a switch (nothing in other builds).
+SPINDLE_ALWAYS_INLINE void annotate_switch([[maybe_unused]] context* from,
+                                           [[maybe_unused]] context* to,
+                                           [[maybe_unused]] bool from_finished) noexcept {
 #if SPINDLE_ASAN
     detail::asan_switch_from = from;
     __sanitizer_start_switch_fiber(from_finished ? nullptr : &from->fake_stack, to->stack_bottom,
@@ -147,6 +151,11 @@ SPINDLE_ALWAYS_INLINE void before_switch([[maybe_unused]] context* from,
     if (!from_finished) from->tsan_fiber = __tsan_get_current_fiber();
     __tsan_switch_to_fiber(to->tsan_fiber, 0);
 #endif
+}
+
+SPINDLE_ALWAYS_INLINE void before_switch(context* from, context* to, bool from_finished) noexcept {
+    swap_eh_state(from, to, from_finished);
+    annotate_switch(from, to, from_finished);
 }
 
 // Runs in `self` right after a switch into it landed.
@@ -171,19 +180,22 @@ SPINDLE_ALWAYS_INLINE void switch_to(context* from, context* to) noexcept {
 
 // switch_to for two contexts held in one record (see raw_switch_shared):
 // `shared` is the record, the contexts sit at FromOff and ToOff in it, and
-// `word` carries one machine word to the other side.
+// `word` carries one machine word to the other side. Unlike switch_to these
+// leave the exception state alone: their one user, the generator, nests its
+// switches like calls and keeps that state with a cheaper protocol of its own
+// (runtime/generator.hpp).
 template <std::size_t FromOff, std::size_t ToOff>
 SPINDLE_ALWAYS_INLINE void switch_shared(void*& shared, std::uintptr_t& word) noexcept {
-    before_switch(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff),
-                  reinterpret_cast<context*>(static_cast<char*>(shared) + ToOff), false);
+    annotate_switch(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff),
+                    reinterpret_cast<context*>(static_cast<char*>(shared) + ToOff), false);
     raw_switch_shared<FromOff, ToOff>(shared, word);
     context_started(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff));
 }
 
 template <std::size_t FromOff, std::size_t ToOff>
 [[noreturn]] SPINDLE_ALWAYS_INLINE void switch_shared_final(void* shared, std::uintptr_t word) noexcept {
-    before_switch(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff),
-                  reinterpret_cast<context*>(static_cast<char*>(shared) + ToOff), true);
+    annotate_switch(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff),
+                    reinterpret_cast<context*>(static_cast<char*>(shared) + ToOff), true);
     raw_switch_shared<FromOff, ToOff>(shared, word);
     __builtin_unreachable();
 }

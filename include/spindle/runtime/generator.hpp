@@ -61,10 +61,15 @@ std::uint64_t next_generator_id() noexcept;
 [[noreturn]] void generator_entry(arch::raw_context* self, arch::raw_context* from) noexcept;
 [[noreturn]] SPINDLE_COLD void generator_misuse(std::uint64_t id, const char* what) noexcept;
 
+// generator_frame_base::status bits.
+inline constexpr std::uint8_t gen_done = 1;        // the body returned or threw
+inline constexpr std::uint8_t gen_body_eh = 2;     // self.eh holds the body's exception state
+inline constexpr std::uint8_t gen_eh_swapped = 4;  // caller.eh holds the consumer's (body runs)
+
 struct generator_frame_base {
     arch::context self;    // the body's context while suspended; first member
     arch::context caller;  // whoever resumed us, while the body runs
-    bool done = false;       // the body returned or threw
+    std::uint8_t status = 0;  // gen_* bits; one byte so resume tests done and eh in one load
     bool started = false;    // the body has begun (set by the body itself)
     bool unwinding = false;  // ~generator asked the body to unwind
     bool running = false;    // debug check: resumed and not yet yielded back
@@ -94,6 +99,38 @@ SPINDLE_ALWAYS_INLINE generator_frame_base* gen_yield(generator_frame_base* f, s
 }
 
 void release_generator_frame(generator_frame_base* f) noexcept;
+
+// Exception state across generator switches. A fiber switch parks and
+// installs the C++ runtime's per-thread exception state both ways
+// (arch::swap_eh_state). A generator can do less, because its switches nest
+// like a call and a return: the body runs only between a resume and the next
+// yield. Invariant: while the body runs, the thread's state is the body's;
+// `caller.eh` holds the consumer's only when gen_eh_swapped is set, and is
+// zero otherwise. So in the common case (no exception in flight on either
+// side) a resume tests the thread's two words and the status byte it already
+// loaded for `done`, a yield tests the same two words and the status byte,
+// and neither stores anything:
+//   resume: if the consumer is inside a handler, or the body yielded inside
+//           one, park the consumer's state and install the body's (slow path).
+//   yield:  if the body is inside a handler, or a resume parked the
+//           consumer's state, park the body's and give the consumer its own.
+// When neither test fires the state both sides see is zero, which is already
+// right. The slow paths are out of line.
+SPINDLE_ALWAYS_INLINE bool eh_state_busy(const arch::eh_state& e) noexcept {
+    return (reinterpret_cast<std::uintptr_t>(e.caught) | e.uncaught) != 0;
+}
+SPINDLE_NOINLINE void gen_eh_enter_slow(generator_frame_base* f, arch::eh_state* g) noexcept;
+SPINDLE_NOINLINE void gen_eh_leave_slow(generator_frame_base* f, arch::eh_state* g) noexcept;
+SPINDLE_ALWAYS_INLINE void gen_eh_enter(generator_frame_base* f) noexcept {
+    auto* g = static_cast<arch::eh_state*>(arch::detail::eh_globals());
+    if ((reinterpret_cast<std::uintptr_t>(g->caught) | g->uncaught | (f->status & gen_body_eh)) != 0) [[unlikely]]
+        gen_eh_enter_slow(f, g);
+}
+SPINDLE_ALWAYS_INLINE void gen_eh_leave(generator_frame_base* f) noexcept {
+    auto* g = static_cast<arch::eh_state*>(arch::detail::eh_globals());
+    if ((reinterpret_cast<std::uintptr_t>(g->caught) | g->uncaught | (f->status & gen_eh_swapped)) != 0) [[unlikely]]
+        gen_eh_leave_slow(f, g);
+}
 
 }  // namespace detail
 
@@ -129,6 +166,7 @@ public:
             // Cleared whatever SPINDLE_DEBUG_CHECKS says here: the check in
             // resume() may be compiled into another translation unit.
             f->running = false;
+            detail::gen_eh_leave(f);
             f = static_cast<frame_base*>(detail::gen_yield(f, word));
             if (f->unwinding) [[unlikely]]
                 throw detail::generator_unwind{};
@@ -207,13 +245,13 @@ public:
     // Run the body to its next yield (true) or its end (false).
     SPINDLE_ALWAYS_INLINE bool next() {
         frame_base* f = f_;
-        if (f == nullptr || f->done) [[unlikely]]
+        if (f == nullptr || (f->status & detail::gen_done) != 0) [[unlikely]]
             return false;
         return resume(f);
     }
 
     [[nodiscard]] const T& value() const noexcept { return f_->get(); }
-    [[nodiscard]] bool done() const noexcept { return f_ == nullptr || f_->done; }
+    [[nodiscard]] bool done() const noexcept { return f_ == nullptr || (f_->status & detail::gen_done) != 0; }
     [[nodiscard]] std::uint64_t id() const noexcept { return f_ ? f_->id : 0; }
 
     struct sentinel {};
@@ -229,7 +267,7 @@ public:
             // The frame pointer is kept here, not re-read from the generator:
             // it comes back from the switch in a register. Checking `done`
             // first covers a body that ended through a direct next().
-            at_end_ = f_->done || !resume(f_);
+            at_end_ = (f_->status & detail::gen_done) != 0 || !resume(f_);
             return *this;
         }
         void operator++(int) { ++*this; }
@@ -253,8 +291,9 @@ private:
         f->running = true;
 #endif
         std::uintptr_t word = 0;
+        detail::gen_eh_enter(f);
         f = static_cast<frame_base*>(detail::gen_resume(f, word));
-        if (f->done) [[unlikely]]
+        if ((f->status & detail::gen_done) != 0) [[unlikely]]
             return finished(f);
         if constexpr (in_word) std::memcpy(&f->slot, &word, sizeof(T));
         return true;
@@ -268,11 +307,12 @@ private:
     void reset() noexcept {
         frame_base* f = std::exchange(f_, nullptr);
         if (f == nullptr) return;
-        if (f->started && !f->done) {
+        if (f->started && (f->status & detail::gen_done) == 0) {
             f->unwinding = true;
             std::uintptr_t word = 0;
+            detail::gen_eh_enter(f);
             f = static_cast<frame_base*>(detail::gen_resume(f, word));
-            if (!f->done) detail::generator_misuse(f->id, "yielded again while being destroyed");
+            if ((f->status & detail::gen_done) == 0) detail::generator_misuse(f->id, "yielded again while being destroyed");
         }
         detail::release_generator_frame(f);
     }
