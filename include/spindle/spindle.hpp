@@ -6,3 +6,5 @@
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/runtime/generator.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/handoff.hpp>
+#include <spindle/sync/mutex.hpp>

@@ -35,6 +35,9 @@ struct scheduler_state {
     std::atomic<unsigned> next_worker{0};  // round-robin placement; relaxed, a hint
     // Threads inside inject_push() for one of our workers (see there).
     std::atomic<unsigned> wakes_in_flight{0};
+    // Workers parked or about to park (see worker::parked). seq_cst: the
+    // Dekker pair with a notifier's publish of work.
+    alignas(arch::cache_line) std::atomic<unsigned> sleepers{0};
 };
 
 void fatal(const char* fmt, ...) noexcept {
@@ -52,18 +55,31 @@ namespace {
 
 std::atomic<std::uint64_t> g_fiber_ids{0};
 
-// Tell `w` there is work, waking it if it parked (eventcount notify side).
-// Call right after publishing work with a seq_cst operation on inject_head.
-void notify_worker(worker* w) noexcept {
-    // Dekker with park_worker(): it does parked.exchange(true) then loads
-    // inject_head; we published to inject_head then load `parked`. All four
-    // are seq_cst, so in their single total order one of the two loads comes
-    // after the other side's write: either we see `parked` and wake it, or
-    // its re-check sees our work and it does not sleep. (RMWs and seq_cst
-    // loads rather than fences: ThreadSanitizer does not model fences.)
-    if (w->parked.load(std::memory_order_seq_cst)) {
-        w->epoch.fetch_add(1, std::memory_order_seq_cst);
-        futex_wake(&w->epoch, 1);
+// Wake `w` if it is parked: claim it (parked true -> false), so two
+// notifiers never both pay for a futex_wake of one worker.
+bool claim_and_wake(worker* w) noexcept {
+    // seq_cst load: the second half of the Dekker pair with park_worker()
+    // (it stores parked, then re-checks the queues; we published work, then
+    // read parked).
+    if (!w->parked.load(std::memory_order_seq_cst)) return false;
+    bool expected = true;
+    if (!w->parked.compare_exchange_strong(expected, false, std::memory_order_seq_cst,
+                                           std::memory_order_relaxed))
+        return false;
+    w->epoch.fetch_add(1, std::memory_order_seq_cst);  // futex key change, pairs with park_worker's load
+    futex_wake(&w->epoch, 1);
+    return true;
+}
+
+// Work became stealable: wake one parked worker, if any. Call right after
+// the seq_cst publish of the work.
+void notify_sleeper(scheduler_state* s, worker* self) noexcept {
+    if (s->sleepers.load(std::memory_order_seq_cst) == 0) return;  // pairs with park_worker's RMW
+    std::size_t n = s->workers.size();
+    std::size_t start = self != nullptr ? self->index + 1 : 0;
+    for (std::size_t i = 0; i < n; ++i) {
+        worker* w = s->workers[(start + i) % n].get();
+        if (w != self && claim_and_wake(w)) return;
     }
 }
 
@@ -81,7 +97,7 @@ namespace {
 
 void inject_push(worker* w, fiber_ctx* f) noexcept {
     // Once `f` is on the list its worker may run it to the end, and its
-    // scheduler may then be destroyed, while we are still in notify_worker()
+    // scheduler may then be destroyed, while we are still in claim_and_wake()
     // below. `wakes_in_flight` keeps ~scheduler from freeing the workers until
     // we are done with them. Incremented before the push, so the destructor
     // (which runs after `f` finished, hence after the push) sees it.
@@ -92,12 +108,19 @@ void inject_push(worker* w, fiber_ctx* f) noexcept {
         f->inject_next = head;
         // seq_cst: release for the drain (the fiber's saved context and all
         // its waker wrote are visible to the acquire exchange in
-        // drain_inject), and the publish half of the Dekker in notify_worker.
+        // drain_inject), and the publish half of the Dekker in claim_and_wake.
     } while (!w->inject_head.compare_exchange_weak(head, f, std::memory_order_seq_cst,
                                                    std::memory_order_relaxed));
-    notify_worker(w);
+    claim_and_wake(w);
     // release: our last use of *w happens-before the destructor's acquire load.
     s->wakes_in_flight.fetch_sub(1, std::memory_order_release);
+}
+
+// Make `f` ready on this thread's worker `w`, where idle workers may steal it.
+void push_local(worker* w, fiber_ctx* f) noexcept {
+    w->deque.push(f);  // its seq_cst store of bottom publishes f
+    w->yield_check = 1;
+    notify_sleeper(w->sched, w);
 }
 
 bool should_stop(scheduler_state* s) noexcept {
@@ -109,40 +132,176 @@ bool should_stop(scheduler_state* s) noexcept {
            s->live.load(std::memory_order_seq_cst) == 0;
 }
 
-void park_worker(worker* w) noexcept {
-    // The epoch is read before announcing ourselves: a notify after this
-    // point changes it, and futex_wait then returns at once.
-    std::uint32_t key = w->epoch.load(std::memory_order_seq_cst);
-    w->parked.exchange(true, std::memory_order_seq_cst);  // pairs with notify_worker()
-    if (w->inject_head.load(std::memory_order_seq_cst) == nullptr && !should_stop(w->sched))
-        futex_wait(&w->epoch, key);
-    w->parked.store(false, std::memory_order_relaxed);
+std::uint64_t next_random(worker* w) noexcept {
+    // xorshift64*: victim selection only.
+    std::uint64_t x = w->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    w->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
 }
 
-void release_exited(worker* w) noexcept {
-    fiber_ctx* c = w->exited;
-    w->exited = nullptr;
+// The inject list -> the deque (oldest first, so the owner's LIFO pop runs
+// the newest and thieves take the oldest).
+void drain_inject(worker* w) noexcept {
+    // acquire pairs with the seq_cst CAS in inject_push().
+    fiber_ctx* list = w->inject_head.exchange(nullptr, std::memory_order_acquire);
+    if (list == nullptr) return;
+    fiber_ctx* fifo = nullptr;  // the list is LIFO; reverse it
+    while (list != nullptr) {
+        fiber_ctx* n = list->inject_next;
+        list->inject_next = fifo;
+        fifo = list;
+        list = n;
+    }
+    while (fifo != nullptr) {
+        fiber_ctx* n = fifo->inject_next;
+        fifo->inject_next = nullptr;
+        w->deque.push(fifo);
+        fifo = n;
+    }
+    w->yield_check = 1;
+    notify_sleeper(w->sched, w);
+}
+
+fiber_ctx* steal_one(worker* w) noexcept {
+    scheduler_state* s = w->sched;
+    std::size_t n = s->workers.size();
+    if (n < 2) return nullptr;
+    std::size_t start = static_cast<std::size_t>(next_random(w) % n);
+    for (std::size_t i = 0; i < n; ++i) {
+        worker* v = s->workers[(start + i) % n].get();
+        if (v == w) continue;
+        for (int attempt = 0; attempt < 4; ++attempt) {
+            if (!v->deque.maybe_nonempty()) break;
+            if (fiber_ctx* f = v->deque.steal()) return f;
+        }
+    }
+    return nullptr;
+}
+
+// Something for the worker loop to run: its inject list, its deque, then
+// the other workers' deques.
+fiber_ctx* find_work(worker* w) noexcept {
+    if (w->inject_head.load(std::memory_order_relaxed) != nullptr) drain_inject(w);
+    if (fiber_ctx* f = w->deque.pop()) return f;
+    return steal_one(w);
+}
+
+bool any_work_seq_cst(worker* w) noexcept {
+    if (w->inject_head.load(std::memory_order_seq_cst) != nullptr) return true;
+    for (auto& v : w->sched->workers)
+        if (!v->deque.empty_seq_cst()) return true;
+    return false;
+}
+
+void park_worker(worker* w) noexcept {
+    scheduler_state* s = w->sched;
+    // The epoch is read before announcing ourselves: a wake after this
+    // point changes it, and futex_wait then returns at once.
+    std::uint32_t key = w->epoch.load(std::memory_order_seq_cst);
+    w->parked.store(true, std::memory_order_seq_cst);
+    s->sleepers.fetch_add(1, std::memory_order_seq_cst);  // pairs with notify_sleeper()
+    if (!any_work_seq_cst(w) && !should_stop(s)) futex_wait(&w->epoch, key);
+    // Claimed by a notifier (parked already false) or not: either way we
+    // are awake and will look for work.
+    w->parked.store(false, std::memory_order_relaxed);
+    s->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+// `self` (w->current) leaves the ring: it blocks or finishes. Choose who
+// runs next on this worker and put it in self's place; null: the loop.
+// Order: the fiber an inline resume suspended for self; the deque (newest
+// first, its data is warm), except every 16th pick, which prefers the ring
+// so yielders are not starved by a stream of wake-ups; the ring; whatever
+// other threads injected.
+fiber_ctx* take_over(worker* w, fiber_ctx* self) noexcept {
+    // Fibers other threads woke for us wait in the inject list: move them to
+    // the deque now, so a busy worker does not leave them behind.
+    if (w->inject_head.load(std::memory_order_relaxed) != nullptr) drain_inject(w);
+    fiber_ctx* n = self->resumer;
+    if (n != nullptr) {
+        self->resumer = nullptr;
+    } else {
+        bool ring_first = self->next != self && (++w->picks & 15) == 0;
+        if (!ring_first) n = w->deque.pop();
+        if (n == nullptr) {
+            if (self->next != self) {
+                n = self->next;
+                ring_unlink(self);
+                w->current = n;
+                return n;
+            }
+            n = w->deque.pop();
+            if (n == nullptr) {
+                w->current = nullptr;
+                return nullptr;
+            }
+        }
+    }
+    n->home = w;
+    ring_replace(self, n);
+    w->current = n;
+    return n;
+}
+
+void release_finished(void* arg) noexcept {
+    auto* c = static_cast<fiber_ctx*>(arg);
     arch::annotate_destroy_context(&c->ctx);
     release_fiber(c);
 }
 
+void finish_park(void* arg) noexcept {
+    auto* wt = static_cast<waiter*>(arg);
+    fiber_ctx* f = wt->fiber;  // read first: once parked, wt may be gone
+    // acq_rel pairs with unpark()'s exchange: whoever comes second acts.
+    if (wt->state.exchange(park_parked, std::memory_order_acq_rel) == park_notified) make_ready(f);
+}
+
+void push_handed_off(void* arg) noexcept {
+    worker* w = tl_worker;
+    push_local(w, static_cast<fiber_ctx*>(arg));
+}
+
+// Suspend the running fiber; `p` runs on this worker once its context is
+// saved.
+SPINDLE_SWITCH_FN void suspend_current(worker* w, post_action p) noexcept {
+    fiber_ctx* self = w->current;
+    fiber_ctx* n = take_over(w, self);
+    w->post = p;
+    arch::switch_to(&self->ctx, n != nullptr ? &n->ctx : &w->loop_ctx);
+    run_post(tl_worker);
+}
+
 }  // namespace
+
+void run_post_slow(worker* w) noexcept {
+    post_action p = w->post;
+    w->post = post_action{};
+    p.fn(p.arg);
+}
 
 void run_worker_thread(worker* w) {
     install_overflow_handler();
     tl_worker = w;
+    w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
     for (;;) {
-        if (w->exited != nullptr) release_exited(w);
-        if (w->current == nullptr && w->idle_ring != nullptr) {
-            w->current = w->idle_ring;
-            w->idle_ring = nullptr;
+        run_post(w);
+        fiber_ctx* f = find_work(w);
+        if (f == nullptr && !should_stop(w->sched)) {
+            // Spin a little before paying for a futex sleep and wake: work
+            // handed off by a CES unlock often arrives within microseconds.
+            for (int i = 0; i < 64 && f == nullptr; ++i) {
+                for (int k = 0; k < 32; ++k) arch::cpu_relax();
+                f = find_work(w);
+            }
         }
-        if (w->current != nullptr) {
-            arch::switch_to(&w->loop_ctx, &w->current->ctx);
-            continue;
-        }
-        if (w->inject_head.load(std::memory_order_relaxed) != nullptr) {
-            drain_inject(w);
+        if (f != nullptr) {
+            f->home = w;
+            f->next = f->prev = f;
+            w->current = f;
+            arch::switch_to(&w->loop_ctx, &f->ctx);
             continue;
         }
         if (should_stop(w->sched)) break;
@@ -154,26 +313,22 @@ void run_worker_thread(worker* w) {
 namespace {
 
 // The last act of every fiber: publish completion, leave the ring, and let
-// the worker loop free the stack we are standing on.
+// whoever runs next on this worker free the stack we are standing on.
 [[noreturn]] void finish_fiber(fiber_ctx* c) noexcept {
     worker* w = tl_worker;
     scheduler_state* s = w->sched;
     // acq_rel: release publishes `error`; acquire sees the joiner's waiter.
     void* j = c->join_state.exchange(join_done, std::memory_order_acq_rel);
-    if (j != nullptr) wake(static_cast<waiter*>(j));
+    if (j != nullptr) unpark(static_cast<waiter*>(j));
+    fiber_ctx* n = take_over(w, c);
+    w->post = post_action{&release_finished, c};
+    // After the decrement ~scheduler may proceed; the post action above runs
+    // before this worker looks at `stopping` again (run_post comes first in
+    // the loop and at every landing site).
     if (s->live.fetch_sub(1, std::memory_order_seq_cst) == 1 &&
         s->stopping.load(std::memory_order_seq_cst))
         wake_all_workers(s);
-
-    fiber_ctx* nxt = c->next;
-    if (nxt == c) {
-        w->current = nullptr;
-    } else {
-        ring_unlink(c);
-        w->current = nxt;
-    }
-    w->exited = c;
-    arch::switch_final(&c->ctx, &w->loop_ctx);
+    arch::switch_final(&c->ctx, n != nullptr ? &n->ctx : &w->loop_ctx);
 }
 
 }  // namespace
@@ -181,6 +336,7 @@ namespace {
 void fiber_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     auto* c = reinterpret_cast<fiber_ctx*>(self);
     arch::context_started(&c->ctx);
+    run_post(tl_worker);
     try {
         c->invoke(c->callable);
     } catch (...) {
@@ -191,64 +347,110 @@ void fiber_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     finish_fiber(c);
 }
 
-void drain_inject(worker* w) noexcept {
-    // acquire pairs with the release CAS in inject_push().
-    fiber_ctx* list = w->inject_head.exchange(nullptr, std::memory_order_acquire);
-    fiber_ctx* fifo = nullptr;  // the list is LIFO; reverse it
-    while (list != nullptr) {
-        fiber_ctx* n = list->inject_next;
-        list->inject_next = fifo;
-        fifo = list;
-        list = n;
-    }
-    while (fifo != nullptr) {
-        fiber_ctx* n = fifo->inject_next;
-        fifo->inject_next = nullptr;
-        make_ready_local(w, fifo);
-        fifo = n;
-    }
-}
-
-void block_current(worker* w) noexcept {
+void yield_slow(worker* w) noexcept {
+    w->yield_check = 0;
+    drain_inject(w);
     fiber_ctx* self = w->current;
-    fiber_ctx* nxt = self->next;
-    if (nxt == self) {
-        w->current = nullptr;
-        arch::switch_to(&self->ctx, &w->loop_ctx);
-    } else {
-        ring_unlink(self);
-        w->current = nxt;
-        arch::switch_to(&self->ctx, &nxt->ctx);
+    fiber_ctx* n = self->resumer;
+    if (n != nullptr) {
+        self->resumer = nullptr;
+    } else if ((++w->picks & 15) != 0 || self->next == self) {
+        n = w->deque.pop();
     }
+    if (n != nullptr) {
+        // Runs next; self stays in the ring and runs after the ring's others.
+        n->home = w;
+        ring_insert_after(self, n);
+        w->yield_check = 1;  // the deque may hold more
+    } else {
+        n = self->next;
+        if (n == self) return;
+    }
+    w->current = n;
+    arch::switch_to(&self->ctx, &n->ctx);
+    run_post(tl_worker);
 }
 
-void wake_fiber(fiber_ctx* f) noexcept {
+void make_ready(fiber_ctx* f) noexcept {
     worker* w = tl_worker;
-    if (w == f->home)
-        make_ready_local(w, f);
+    if (w != nullptr && f->home != nullptr && w->sched == f->home->sched && !f->pinned)
+        push_local(w, f);
     else
         inject_push(f->home, f);
 }
 
-void wake(waiter* wt) noexcept {
+void park(waiter* wt) noexcept {
     if (wt->fiber != nullptr) {
-        wake_fiber(wt->fiber);
-    } else {
-        // release pairs with the acquire load in park_waiter(). The waiter may
-        // return and free `wt` as soon as it sees 1; a futex_wake on a stale
-        // address then wakes nobody, which is harmless.
-        wt->signaled.store(1, std::memory_order_release);
-        futex_wake(&wt->signaled, 1);
-    }
-}
-
-void park_waiter(waiter* wt) noexcept {
-    if (wt->fiber != nullptr) {
-        // One wake-up per published waiter; fibers see no spurious ones.
-        block_current(tl_worker);
+        worker* w = tl_worker;
+        suspend_current(w, post_action{&finish_park, wt});
         return;
     }
-    while (wt->signaled.load(std::memory_order_acquire) == 0) futex_wait(&wt->signaled, 0);
+    // acquire pairs with unpark's release store.
+    while (wt->state.load(std::memory_order_acquire) != park_notified)
+        futex_wait(&wt->state, park_empty);
+}
+
+void unpark(waiter* wt) noexcept {
+    fiber_ctx* f = wt->fiber;  // read first: once woken, wt may be gone
+    if (f != nullptr) {
+        // acq_rel pairs with finish_park(): whoever comes second acts.
+        if (wt->state.exchange(park_notified, std::memory_order_acq_rel) == park_parked) make_ready(f);
+        return;
+    }
+    // release pairs with park's acquire load. The waiter may return and free
+    // `wt` as soon as it sees the store; a futex_wake on a stale address then
+    // wakes nobody, which is harmless.
+    wt->state.store(park_notified, std::memory_order_release);
+    futex_wake(&wt->state, 1);
+}
+
+namespace {
+// Dispatch (CES paper Fig. 3): the waiter goes back to the ready queue of the
+// worker it blocked on, as a notified OS thread or a Boost.Fiber waiter
+// would, and the waker carries on.
+void unpark_home(waiter* wt) noexcept {
+    fiber_ctx* f = wt->fiber;
+    // acq_rel pairs with finish_park(), as in unpark().
+    if (wt->state.exchange(park_notified, std::memory_order_acq_rel) != park_parked) return;
+    worker* w = tl_worker;
+    if (w == f->home) push_local(w, f); else inject_push(f->home, f);
+}
+}  // namespace
+
+void unpark_with(waiter* wt, unsigned policy) noexcept {
+    fiber_ctx* f = wt->fiber;
+    worker* w = tl_worker;
+    if (policy == 1 && f != nullptr && f->home != nullptr) {
+        unpark_home(wt);
+        return;
+    }
+    // Switching needs: a fiber waiter, a waker that is a fiber of the same
+    // scheduler, and a waiter whose context is saved (parked). Otherwise:
+    // dispatch.
+    if (policy == 1 || f == nullptr || w == nullptr || w->current == nullptr || f->pinned ||
+        f->home == nullptr || f->home->sched != w->sched ||
+        // acquire pairs with finish_park()'s exchange: f's context is saved.
+        wt->state.load(std::memory_order_acquire) != park_parked) {
+        unpark(wt);
+        return;
+    }
+    // We dequeued it and it is parked: nobody else will touch it.
+    wt->state.store(park_notified, std::memory_order_relaxed);
+    fiber_ctx* self = w->current;
+    f->home = w;
+    ring_replace(self, f);
+    w->current = f;
+    if (policy == 2) {
+        // CES (Fig. 6): we go to the executor — stealable once our context is
+        // saved — and the waiter runs here, now.
+        w->post = post_action{&push_handed_off, self};
+    } else {
+        // inline_resume (Fig. 2): we continue when f next suspends.
+        f->resumer = self;
+        w->yield_check = 1;  // f's yield must go back to us
+    }
+    arch::switch_to(&self->ctx, &f->ctx);
+    run_post(tl_worker);
 }
 
 void yield_thread() noexcept { std::this_thread::yield(); }
@@ -275,9 +477,9 @@ void submit_new_fiber(scheduler_state* s, fiber_ctx* c) noexcept {
     // Before the fiber is published, so its own decrement cannot come first.
     s->live.fetch_add(1, std::memory_order_seq_cst);
     worker* w = tl_worker;
-    if (w != nullptr && w->sched == s) {
+    if (w != nullptr && w->sched == s && w->current != nullptr) {
         c->home = w;
-        make_ready_local(w, c);
+        push_local(w, c);
         return;
     }
     unsigned i = s->next_worker.fetch_add(1, std::memory_order_relaxed) %
@@ -335,7 +537,7 @@ void fiber::join() {
         // failure too) sees the fiber's result if it finished first.
         if (c->join_state.compare_exchange_strong(expected, &wt, std::memory_order_acq_rel,
                                                   std::memory_order_acquire)) {
-            detail::park_waiter(&wt);
+            detail::park(&wt);
         } else if (expected != detail::join_done) {
             fatal("fiber %llu is joined from two places at once",
                   static_cast<unsigned long long>(c->id));

@@ -77,3 +77,18 @@ namespace spindle::arch {
 inline constexpr std::size_t cache_line = 64;
 
 }  // namespace spindle::arch
+
+// Clang thread-safety analysis (-Wthread-safety). No-ops elsewhere.
+#if defined(__clang__)
+#define SPINDLE_TSA(x) __attribute__((x))
+#else
+#define SPINDLE_TSA(x)
+#endif
+#define SPINDLE_CAPABILITY(x) SPINDLE_TSA(capability(x))
+#define SPINDLE_SCOPED_CAPABILITY SPINDLE_TSA(scoped_lockable)
+#define SPINDLE_ACQUIRE(...) SPINDLE_TSA(acquire_capability(__VA_ARGS__))
+#define SPINDLE_RELEASE(...) SPINDLE_TSA(release_capability(__VA_ARGS__))
+#define SPINDLE_TRY_ACQUIRE(...) SPINDLE_TSA(try_acquire_capability(__VA_ARGS__))
+#define SPINDLE_REQUIRES(...) SPINDLE_TSA(requires_capability(__VA_ARGS__))
+#define SPINDLE_GUARDED_BY(x) SPINDLE_TSA(guarded_by(x))
+#define SPINDLE_NO_TSA SPINDLE_TSA(no_thread_safety_analysis)

@@ -38,8 +38,8 @@
 //
 // What a fiber must not do: block its worker thread for long in a system
 // call or an OS lock (the other fibers of that worker stop meanwhile), or
-// keep a pointer to a thread_local across a yield once fibers migrate
-// between workers (the multi-worker executor; fibers do not migrate today).
+// keep a pointer to a thread_local across a suspension: fibers migrate
+// between workers (work stealing, CES handoff). Use spindle::fiber_local.
 #pragma once
 
 #include <cstddef>
@@ -48,6 +48,8 @@
 #include <iosfwd>
 #include <memory>
 #include <new>
+#include <chrono>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -170,6 +172,12 @@ public:
 
     // Wait for the fiber to finish; rethrows an exception that escaped it.
     void join();
+    // Ask the fiber to stop: its stop token (this_fiber::get_stop_token())
+    // reports it, and its cancellable waits end early. True if this call made
+    // the request.
+    bool request_stop() noexcept;
+    // The fiber's stop source, to hand its token around.
+    [[nodiscard]] std::stop_source get_stop_source() const noexcept;
     // Let it run on; its resources are freed when it finishes.
     void detach();
 
@@ -203,14 +211,44 @@ SPINDLE_ALWAYS_INLINE void yield() noexcept {
         detail::yield_thread();
         return;
     }
-    if (w->inject_head.load(std::memory_order_relaxed) != nullptr) [[unlikely]]
-        detail::drain_inject(w);
+    if ((w->inject_head.load(std::memory_order_relaxed) != nullptr) | (w->yield_check != 0)) [[unlikely]] {
+        detail::yield_slow(w);
+        return;
+    }
     detail::fiber_ctx* from = w->current;
     detail::fiber_ctx* to = from->next;
     if (to == from) return;
     w->current = to;
     arch::switch_to(&from->ctx, &to->ctx);
+    detail::run_post(detail::tl_worker);  // we may have migrated: re-read
 }
+
+// Suspend the calling fiber until `t` (or, from a plain thread, sleep).
+// A fiber also wakes early when stop is requested on its own stop token
+// (fiber::request_stop); then false is returned, else true.
+bool sleep_until_steady(std::chrono::steady_clock::time_point t) noexcept;
+template <class Clock, class Duration>
+bool sleep_until(const std::chrono::time_point<Clock, Duration>& t) {
+    if constexpr (std::is_same_v<Clock, std::chrono::steady_clock>) {
+        return sleep_until_steady(std::chrono::time_point_cast<std::chrono::steady_clock::duration>(t));
+    } else {
+        return sleep_until_steady(std::chrono::steady_clock::now() +
+                                  std::chrono::ceil<std::chrono::steady_clock::duration>(t - Clock::now()));
+    }
+}
+template <class Rep, class Period>
+bool sleep_for(const std::chrono::duration<Rep, Period>& d) {
+    return sleep_until_steady(std::chrono::steady_clock::now() +
+                              std::chrono::ceil<std::chrono::steady_clock::duration>(d));
+}
+
+// The calling fiber's stop token (fiber::request_stop() requests it); a
+// token that never stops from a plain thread.
+std::stop_token get_stop_token() noexcept;
+
+// Index (0 .. workers-1) of the worker running the calling fiber; -1 from a
+// plain thread. Fibers migrate: the answer may change at any suspension.
+int worker_index() noexcept;
 
 // The running fiber's id; fiber::id() from a plain thread.
 inline fiber::id get_id() noexcept {

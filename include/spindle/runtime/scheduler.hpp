@@ -1,20 +1,22 @@
 // spindle/runtime/scheduler.hpp — the executor that runs fibers.
 //
-// A scheduler owns `workers` OS threads. Each worker runs the fibers placed
-// on it round-robin from its ready ring (see detail/worker.hpp for the
-// picture), switching directly from fiber to fiber; it falls back to its own
-// loop only when it has nothing ready, and then parks on a futex: an idle
-// scheduler uses no CPU.
+// A scheduler owns `workers` OS threads. Each worker runs fibers from its
+// ready ring and its Chase–Lev deque (see detail/worker.hpp for the
+// picture), switching directly from fiber to fiber; a worker with nothing to
+// run steals from the others' deques, spins briefly, then parks on a futex
+// event count: an idle scheduler uses no CPU.
 //
 //     spindle::scheduler sched({.workers = 1});
 //     auto f = sched.spawn([] { work(); });
 //     f.join();
 //     // ~scheduler() waits for every fiber, detached ones included.
 //
-// Placement today: a fiber spawned from a fiber of this scheduler starts on
-// the spawner's worker; one spawned from outside goes to the workers in turn.
-// Fibers stay on their worker. (The multi-worker executor adds work stealing
-// behind this same interface.)
+// Placement: a fiber spawned from a fiber of this scheduler goes to the
+// spawner's deque (newest first; idle workers steal the oldest); one spawned
+// from outside goes to the workers' inject lists in turn. Fibers migrate: by
+// stealing, and by a CES handoff (sync/handoff.hpp), which moves a mutex
+// waiter to the unlocker's worker. A fiber woken by another thread goes back
+// to the worker it last ran on.
 //
 // Contract:
 //   spawn() from any thread or fiber          starts a fiber, returns its handle

@@ -8,6 +8,8 @@
 #include <atomic>
 #include <cstdint>
 
+#include <ctime>
+
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -18,6 +20,15 @@ inline void futex_wait(std::atomic<std::uint32_t>* addr, std::uint32_t expected)
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected,
               nullptr, nullptr, 0);
 }
+
+// The same with a relative timeout (null: none).
+inline void futex_wait_for(std::atomic<std::uint32_t>* addr, std::uint32_t expected,
+                           const struct timespec* rel) noexcept {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected, rel,
+              nullptr, 0);
+}
+
+inline void sched_yield_now() noexcept { ::syscall(SYS_sched_yield); }
 
 inline void futex_wake(std::atomic<std::uint32_t>* addr, int count) noexcept {
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAKE_PRIVATE, count, nullptr,

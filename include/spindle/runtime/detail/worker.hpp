@@ -1,52 +1,65 @@
-// spindle/runtime/detail/worker.hpp — fiber control blocks, workers, the
-// ready ring. Internal: use spindle/runtime/fiber.hpp and scheduler.hpp.
+// spindle/runtime/detail/worker.hpp — fiber control blocks, workers, run
+// queues, parking. Internal: use spindle/runtime/fiber.hpp and scheduler.hpp.
 //
 // Picture of one worker:
 //
-//        inject_head (MPSC, any thread pushes; owner drains)
+//        inject_head (MPSC: other threads push fibers they made ready)
 //            |
 //            v
-//       [f7]->[f6]->null          fibers woken or spawned from other threads
+//       [f7]->[f6]->null
+//
+//        deque (Chase–Lev: the owner pushes/pops the bottom, idle workers
+//        steal the top). Fibers made ready here — spawned, woken, handed off
+//        by a CES unlock — wait here, where an idle worker can take them.
 //
 //       current
 //          |
 //          v
-//    +--> [f1] <-> [f2] <-> [f3] <-> [f4] --+     ready ring: circular, doubly
-//    +--------------------------------------+     linked, owner thread only
+//    +--> [f1] <-> [f2] <-> [f3] --+     ready ring: circular, doubly linked,
+//    +-----------------------------+     owner thread only: the running fiber
+//                                        and those that yielded
 //
-//       loop_ctx: the worker thread's own stack, running worker::run(). Entered
-//       only when the ring is empty or a fiber finished.
+//       loop_ctx: the worker thread's own stack, running the worker loop:
+//       entered when there is nothing to run; drains, steals, parks.
 //
 // The running fiber is *in* the ring, at `current`. So:
-//   yield           current = current->next, switch            O(1), no relinking
-//   block           unlink current, switch to its successor     O(1)
-//   make ready      insert before current (runs after every     O(1)
-//                   fiber already ready: round-robin, FIFO)
-// This is Photon's run queue, and what lets this_fiber::yield() be a handful
-// of instructions plus the CACS switch (the CACS paper, Fig. 11).
+//   yield       current = current->next, switch          O(1), no relinking
+//   block       unlink current, switch to the next        O(1)
+// A fiber taken from the deque (or stolen) joins the ring when it runs.
+// Choosing the next fiber at a block or a yield prefers the deque (most
+// recently readied first: its data is warm); a yield with an empty deque and
+// inject list is the Photon fast path of the CACS paper (Fig. 11).
 //
-// Invariants:
-//   * The ring and `current` are touched only by the worker's own thread.
-//   * A fiber is in exactly one of: the ring, some worker's inject list, a
-//     waiter record (blocked), or finished.
-//   * A fiber woken from another thread is pushed onto its *home* worker's
-//     inject list. The home worker is the one that ran it when it blocked; it
-//     is still busy running that fiber until the fiber's context is saved, and
-//     it drains its inject list only at yield points and in its loop, never
-//     between a fiber's "publish that I wait" and "switch away". So a woken
-//     fiber is never resumed before it finished suspending.
-//     (The multi-worker executor with stealing keeps this rule: stealing
-//     takes only fibers that are already suspended.)
+// Post-switch actions. A fiber that suspends must not be made visible to
+// other workers (queued, stolen, woken) before its registers are saved, and
+// they are saved only by the switch itself. So the suspending side leaves
+// `post` on its worker and whoever lands next on that worker — a fiber
+// returning from a switch, a fiber starting, or the loop — runs it first
+// (run_post). Every landing site calls run_post.
+//
+// Parking protocol (waiter::state), the fiber analogue of a futex:
+//   park():   suspend, then (post-switch) state.exchange(parked); if a wake
+//             came first (notified), make the fiber ready again at once.
+//   unpark(): state.exchange(notified); if it was parked, make the fiber
+//             ready. Exactly one unpark per park: the caller of unpark is
+//             whoever took the waiter out of its queue.
+// A CES handoff or an inline resume switches into a waiter only when it sees
+// it parked (its context saved); otherwise it falls back to unpark().
+//
+// Fibers migrate: a fiber may resume on another worker (stealing, CES). Code
+// that runs after a switch re-reads tl_worker.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <stop_token>
 
 #include <spindle/arch/config.hpp>
 #include <spindle/arch/context.hpp>
 #include <spindle/memory/stack.hpp>
+#include <spindle/runtime/detail/deque.hpp>
 
 namespace spindle {
 class scheduler;
@@ -60,12 +73,25 @@ struct scheduler_state;
 // Sentinel stored in fiber_ctx::join_state once the fiber finished.
 inline void* const join_done = reinterpret_cast<void*>(std::uintptr_t{1});
 
-// Someone waiting for an event (today: a join). Lives on the waiter's stack.
+// waiter::state values.
+inline constexpr std::uint32_t park_empty = 0;     // waiting, not yet (known to be) suspended
+inline constexpr std::uint32_t park_parked = 1;    // a fiber's context is saved; unpark makes it ready
+inline constexpr std::uint32_t park_notified = 2;  // woken
+
+// Someone who waits: a fiber or an OS thread. Lives on the waiter's stack.
 struct waiter {
     struct fiber_ctx* fiber = nullptr;  // the waiting fiber, or null for an OS thread
-    // Thread waiters sleep on this futex word: 0 waiting, 1 woken.
-    // store(1, release) in wake() pairs with the acquire load in park().
-    std::atomic<std::uint32_t> signaled{0};
+    // park_* above. Fibers: exchanged by park's post-switch action and by
+    // unpark (acq_rel, so the unparker's writes are seen by the woken side).
+    // Threads: the futex word; store(notified, release) in unpark pairs with
+    // the acquire load in park.
+    std::atomic<std::uint32_t> state{park_empty};
+};
+
+// A post-switch action (see above).
+struct post_action {
+    void (*fn)(void*) = nullptr;
+    void* arg = nullptr;
 };
 
 // A fiber's control block. It lives at the top of the fiber's own stack, so a
@@ -75,8 +101,12 @@ struct fiber_ctx {
     fiber_ctx* next = nullptr;   // ready ring, owner worker only
     fiber_ctx* prev = nullptr;
     fiber_ctx* inject_next = nullptr;  // link in a worker's inject list
-    worker* home = nullptr;      // the worker this fiber runs on
+    // The fiber an inline_resume handoff suspended to run this one: it runs
+    // again when this one next suspends. Owner worker only.
+    fiber_ctx* resumer = nullptr;
+    worker* home = nullptr;      // the worker that last ran it (remote wakes go there)
     std::uint64_t id = 0;        // 1, 2, 3, ... per process
+    bool pinned = false;         // never leaves `home` (fiber_options::pinned)
 
     // Lifetime: one reference for the running body, one for the `fiber`
     // handle. The last one to drop it returns the stack. acq_rel on the
@@ -87,10 +117,13 @@ struct fiber_ctx {
     // CASes null -> waiter (acq_rel). Whoever comes second sees the other.
     std::atomic<void*> join_state{nullptr};
     std::exception_ptr error;    // written by the body before join_done is published
+    std::stop_source stop;       // fiber::request_stop(), this_fiber::get_stop_token()
 
     void (*invoke)(void* callable) = nullptr;   // runs the body
     void (*destroy)(void* callable) = nullptr;  // destroys the stored callable
     void* callable = nullptr;
+    void** locals = nullptr;     // fiber_local<T> slots, allocated on first use
+    unsigned locals_size = 0;
     bool callable_on_heap = false;
     stack_region stack;
 };
@@ -103,34 +136,43 @@ struct alignas(arch::cache_line) worker {
     // (its release half pairs with the acquire exchange in drain). A relaxed
     // load is enough to *notice* work: the drain re-reads it with acquire.
     std::atomic<fiber_ctx*> inject_head{nullptr};
-    fiber_ctx* idle_ring = nullptr;  // ring being built while the loop runs
-    fiber_ctx* exited = nullptr;     // finished fiber the loop must release
+    // Nonzero sends this_fiber::yield() to its slow path: set when the owner
+    // pushed to its deque or ran an inline resume; cleared by the slow path.
+    std::uint32_t yield_check = 0;
+    std::uint32_t picks = 0;        // counts deque picks, for fairness to the ring
+    post_action post;               // see "Post-switch actions"
     arch::context loop_ctx;          // the worker thread's own stack
     scheduler_state* sched = nullptr;
     unsigned index = 0;
+    std::uint64_t rng = 0;           // victim selection, owner only
+
+    ws_deque<fiber_ctx> deque;
 
     // --- parking (eventcount) ---------------------------------------------
-    // The worker reads `epoch`, sets `parked` (seq_cst exchange), re-checks
-    // for work and futex-waits on `epoch`. A notifier publishes work (seq_cst
-    // CAS), then bumps `epoch` and wakes if it sees `parked` (seq_cst load).
+    // A worker with nothing to do sets `parked` (seq_cst), counts itself in
+    // the scheduler's `sleepers` (seq_cst RMW), re-checks every queue, and
+    // futex-waits on `epoch`. A notifier publishes work (seq_cst), then
+    // loads `sleepers` (seq_cst); if nonzero it claims a parked worker by
+    // CASing its `parked` true -> false and bumps and wakes its `epoch`.
     // Their single total order makes at least one side see the other: no
-    // lost wake-up, and no syscall while the worker is busy.
+    // lost wake-up, and no syscall while every worker is busy.
     alignas(arch::cache_line) std::atomic<std::uint32_t> epoch{0};
     std::atomic<bool> parked{false};
 };
 
 // The worker whose thread this is; null on other threads. initial-exec: one
-// %fs-relative load, no TLS wrapper call. (A migrating fiber must re-read it
-// after every switch; fibers do not migrate yet.)
+// %fs-relative load, no TLS wrapper call. Fibers migrate, so code re-reads it
+// after every switch (a plain read: the switch's "memory" clobber makes the
+// compiler load it again, and the load names %fs itself).
 extern __thread worker* tl_worker __attribute__((tls_model("initial-exec")));
 
 // ---- ready ring (owner thread only) ---------------------------------------
 
-SPINDLE_ALWAYS_INLINE void ring_insert_before(fiber_ctx* pos, fiber_ctx* f) noexcept {
-    f->next = pos;
-    f->prev = pos->prev;
-    pos->prev->next = f;
-    pos->prev = f;
+SPINDLE_ALWAYS_INLINE void ring_insert_after(fiber_ctx* pos, fiber_ctx* f) noexcept {
+    f->prev = pos;
+    f->next = pos->next;
+    pos->next->prev = f;
+    pos->next = f;
 }
 
 SPINDLE_ALWAYS_INLINE void ring_unlink(fiber_ctx* f) noexcept {
@@ -138,24 +180,32 @@ SPINDLE_ALWAYS_INLINE void ring_unlink(fiber_ctx* f) noexcept {
     f->next->prev = f->prev;
 }
 
-// Make `f` runnable on `w`, which must be this thread's worker.
-SPINDLE_ALWAYS_INLINE void make_ready_local(worker* w, fiber_ctx* f) noexcept {
-    if (w->current != nullptr) {
-        ring_insert_before(w->current, f);
-    } else if (w->idle_ring != nullptr) {
-        ring_insert_before(w->idle_ring, f);
-    } else {
+// `f` takes `old`'s place in the ring (old was alone: f is alone).
+SPINDLE_ALWAYS_INLINE void ring_replace(fiber_ctx* old, fiber_ctx* f) noexcept {
+    if (old->next == old) {
         f->next = f->prev = f;
-        w->idle_ring = f;
+    } else {
+        f->next = old->next;
+        f->prev = old->prev;
+        old->prev->next = f;
+        old->next->prev = f;
     }
 }
 
 // Out of line (src/runtime/scheduler.cpp).
-void drain_inject(worker* w) noexcept;             // inject list -> ring
-SPINDLE_SWITCH_FN void block_current(worker* w) noexcept;  // suspend the running fiber
-void wake(waiter* wt) noexcept;                     // wake a fiber or thread waiter
-void wake_fiber(fiber_ctx* f) noexcept;             // make a blocked fiber ready
-void park_waiter(waiter* wt) noexcept;              // the caller waits until woken
-void yield_thread() noexcept;                       // this_fiber::yield() off a fiber
+SPINDLE_NOINLINE void run_post_slow(worker* w) noexcept;
+SPINDLE_ALWAYS_INLINE void run_post(worker* w) noexcept {
+    if (w->post.fn != nullptr) [[unlikely]]
+        run_post_slow(w);
+}
+SPINDLE_SWITCH_FN void yield_slow(worker* w) noexcept;   // this_fiber::yield() with work queued
+void park(waiter* wt) noexcept;                         // wait until unparked
+void unpark(waiter* wt) noexcept;                       // wake it (dispatch)
+// Wake `wt` with a handoff policy (0 inline_resume, 1 dispatch, 2 ces, as
+// spindle::handoff): switches into a parked fiber waiter when the policy and
+// the caller allow it, else unparks.
+void unpark_with(waiter* wt, unsigned policy) noexcept;
+void make_ready(fiber_ctx* f) noexcept;                 // a suspended fiber may run
+void yield_thread() noexcept;                           // this_fiber::yield() off a fiber
 
 }  // namespace spindle::detail

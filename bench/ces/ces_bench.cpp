@@ -1,0 +1,780 @@
+// bench/ces — the CES benchmarks (../shared/design/BENCHMARKS.md, "Task-aware
+// mutex and friends (CES paper §6)"): what the handoff policy of a mutex does
+// to throughput, to the time a lock stays held with nobody inside it, and to
+// where critical sections run.
+//
+// Workloads (records: suite "ces"):
+//   mutex          The paper's Fig. 8 task loop: T tasks (5000) each run I
+//                  iterations of { p = random prime in (9000, 10000]; lock;
+//                  map.insert(p, p) into one shared std::map; unlock;
+//                  factors(p) }, factors(p) being a sieve of Eratosthenes up
+//                  to p and a trial division (~10-15 µs, parallel work).
+//                  Short critical section, long parallel part: the cost of a
+//                  handoff (queuing delay, collapse onto one worker) is what
+//                  separates the variants. Metric ops_per_s = T*I / wall time.
+//   cs-length      The same with L ns of busy work (a steady_clock spin)
+//                  inside the lock, L in {0, 250, 1000, 2500, 7500} (Fig. 10):
+//                  the longer the critical section, the smaller the share of
+//                  the handoff in the critical path.
+//   queuing-delay  The mutex loop, instrumented (§6.5, Fig. 15): for every
+//                  acquisition that had to wait (try_lock failed, then lock()),
+//                  the time from the previous owner's unlock() (a timestamp it
+//                  wrote inside its critical section just before unlocking)
+//                  to the moment the waiter's lock() returned; and the length
+//                  of every critical section. Medians per measurement:
+//                  delay_median_ns next to cs_median_ns. Dispatch parks the
+//                  woken waiter in a ready queue behind parallel work while
+//                  the lock stays held; CES switches to it at once.
+//   locality       1000 tasks, 4 resources (a spindle::mutex guarding a small
+//                  array each); each iteration locks a random resource,
+//                  records this_fiber::worker_index() and updates the array,
+//                  unlocks, then does the parallel work. Metric: for each
+//                  resource the share of its critical sections that ran on
+//                  its most frequent worker, averaged over the resources
+//                  (same_worker_fraction): CES runs contended critical
+//                  sections back to back on one worker, where the data is.
+//
+// Competitors, all in this one program and interleaved by the harness:
+//   spindle_ces       spindle::mutex(handoff::ces) on a spindle::scheduler
+//                     with W workers (the reference for ratios)
+//   spindle_dispatch  spindle::mutex(handoff::dispatch), same scheduler
+//   spindle_inline    spindle::mutex(handoff::inline_resume), same scheduler
+//   boost_fiber       boost::fibers::mutex on Boost.Fiber's algo::work_stealing
+//                     with W threads, the main thread being one of them.
+//                     Boost 1.74's work_stealing keeps its registry in statics
+//                     (a barrier sized by the first pool, an id counter that
+//                     only grows), so a process can build exactly one pool:
+//                     every boost_fiber measurement runs in a forked child
+//                     that builds the pool, times the run, verifies it, joins
+//                     its threads and sends the numbers back over a pipe. At
+//                     W=1 it uses algo::round_robin instead: a one-thread
+//                     work_stealing spins forever trying to steal from itself
+//                     once its queue runs empty.
+//   std_mutex         std::mutex with W OS threads; thread k runs tasks k,
+//                     k+W, k+2W, ... one after another (same total work).
+//
+// Every variant runs the same task body (a template over the mutex type),
+// with the same per-task random sequence (seeded from the task index), and
+// verifies its result: every insertion counted under the lock, the map holds
+// exactly the primes drawn. A wrong result ends the program with status 1.
+//
+// Worker counts: --quick W in {1, 2}; --full W = 1..hardware_concurrency.
+// `--workers 1,2,4,8,16` (or SPINDLE_BENCH_WORKERS=1,2,4) overrides the list
+// and `--iterations N` the per-task iterations of every workload (the paper
+// uses 1000; --full defaults to 100, locality 200, so that the W=1 points
+// stay affordable). locality skips W=1, where the answer is trivially 1.
+// `--variants spindle_dispatch,std_mutex` runs only those variants.
+
+// spindle first: Boost.Fiber defines a function-like macro cpu_relax() that
+// would mangle spindle::arch::cpu_relax() if its header came later.
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/mutex.hpp>
+
+#include <boost/fiber/algo/round_robin.hpp>
+#include <boost/fiber/algo/work_stealing.hpp>
+#include <boost/fiber/condition_variable.hpp>
+#include <boost/fiber/fiber.hpp>
+#include <boost/fiber/fixedsize_stack.hpp>
+#include <boost/fiber/mutex.hpp>
+#include <boost/fiber/operations.hpp>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdarg>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../harness/harness.hpp"
+
+namespace bf = boost::fibers;
+using spindle::bench::do_not_optimize;
+using spindle::bench::harness;
+using spindle::bench::metric;
+using spindle::bench::now_ns;
+using spindle::bench::params;
+using spindle::bench::variant;
+
+namespace {
+
+constexpr std::size_t stack_bytes = 64 * 1024;  // every fiber, spindle and Boost
+constexpr unsigned sieve_max = 10000;
+constexpr int child_timeout_s = 600;  // a hung boost_fiber child is killed (SIGALRM)
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::fputs("spindle_bench_ces: ", stderr);
+    std::vfprintf(stderr, fmt, ap);
+    std::fputc('\n', stderr);
+    va_end(ap);
+    std::fflush(nullptr);
+    // _Exit: also used in forked children and inside fibers, where running
+    // static destructors (Boost's scheduler registry) could hang.
+    std::_Exit(1);
+}
+
+// ---------------------------------------------------------------------------
+// The task's ingredients: primes, a deterministic per-task RNG, the parallel
+// work factors(p), and busy work inside the lock.
+
+std::vector<unsigned> g_primes;  // the primes in (9000, 10000]
+
+void init_primes() {
+    std::vector<unsigned char> composite(sieve_max + 1, 0);
+    for (unsigned i = 2; i * i <= sieve_max; ++i)
+        if (!composite[i])
+            for (unsigned j = i * i; j <= sieve_max; j += i) composite[j] = 1;
+    for (unsigned p = 9001; p <= sieve_max; ++p)
+        if (!composite[p]) g_primes.push_back(p);
+}
+
+// splitmix64: fast, good enough, identical on every platform.
+struct rng {
+    std::uint64_t s;
+    std::uint64_t next() {
+        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    unsigned prime() { return g_primes[next() % g_primes.size()]; }
+};
+inline rng task_rng(int task) { return rng{0x5EED0000ull + static_cast<std::uint64_t>(task) * 7919u}; }
+
+// "factors(p)": sieve of Eratosthenes up to p, then factor p by trial
+// division with the primes found. The sieve lives on the caller's stack
+// (10 KB; every fiber has 64 KiB).
+__attribute__((noinline)) unsigned factors(unsigned p) {
+    unsigned char composite[sieve_max + 1];
+    std::memset(composite, 0, sizeof composite);
+    if (p > sieve_max) fail("factors(%u): beyond the sieve", p);
+    for (unsigned i = 2; i * i <= p; ++i)
+        if (!composite[i])
+            for (unsigned j = i * i; j <= p; j += i) composite[j] = 1;
+    do_not_optimize(composite);
+    unsigned n = p, count = 0;
+    for (unsigned d = 2; d <= p && n > 1; ++d)
+        if (!composite[d])
+            while (n % d == 0) {
+                n /= d;
+                ++count;
+            }
+    return count;
+}
+
+// Busy work of `ns` nanoseconds (a steady_clock spin; overshoot is one clock
+// read, ~20 ns).
+inline void busy_ns(long ns) {
+    if (ns <= 0) return;
+    auto end = std::chrono::steady_clock::now() + std::chrono::nanoseconds(ns);
+    while (std::chrono::steady_clock::now() < end) {
+    }
+}
+
+inline std::int64_t clock_ns() {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+}
+
+double median_of(std::vector<double>& v) {
+    if (v.empty()) return 0;
+    std::size_t mid = v.size() / 2;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid), v.end());
+    double hi = v[mid];
+    if (v.size() % 2) return hi;
+    double lo = *std::max_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(mid));
+    return (lo + hi) / 2;
+}
+
+// How many distinct primes T tasks of I iterations draw (replays the RNGs).
+std::size_t expected_keys(int tasks, int iterations) {
+    static std::map<std::pair<int, int>, std::size_t> cache;
+    auto it = cache.find({tasks, iterations});
+    if (it != cache.end()) return it->second;
+    std::vector<char> seen(sieve_max + 1, 0);
+    std::size_t n = 0;
+    for (int t = 0; t < tasks; ++t) {
+        rng r = task_rng(t);
+        for (int i = 0; i < iterations; ++i) {
+            unsigned p = r.prime();
+            if (!seen[p]) {
+                seen[p] = 1;
+                ++n;
+            }
+        }
+    }
+    cache[{tasks, iterations}] = n;
+    return n;
+}
+
+// ---------------------------------------------------------------------------
+// Runners: run body(t) for t in [0, tasks) as tasks of one kind and return
+// the wall time in ns from the first task's creation to the last one's end.
+// Setting up and tearing down the executor is not timed.
+
+// spindle: a root fiber spawns the tasks (on its worker; idle workers steal
+// them) and joins them, like Boost's main fiber below.
+template <class Body>
+double spindle_run(unsigned workers, int tasks, Body& body) {
+    spindle::scheduler sched(spindle::scheduler::options{.workers = workers, .stack_size = stack_bytes});
+    double t0 = now_ns();
+    sched.spawn([&body, tasks] {
+             std::vector<spindle::fiber> fs;
+             fs.reserve(static_cast<std::size_t>(tasks));
+             for (int t = 0; t < tasks; ++t) fs.push_back(spindle::fiber([&body, t] { body(t); }));
+             for (auto& f : fs) f.join();
+         })
+        .join();
+    return now_ns() - t0;
+}
+
+// Boost.Fiber: the calling thread and workers-1 helper threads each install
+// work_stealing(workers); the main fiber creates the tasks (they land in its
+// queue, the helpers steal them) and waits for a fiber-aware count to reach
+// zero; the helpers' main fibers wait for the same count, then their threads
+// end and are joined. Call only in a forked child (see in_child).
+template <class Body>
+double boost_run(unsigned workers, int tasks, Body& body) {
+    bf::mutex done_m;
+    bf::condition_variable done_cv;
+    int remaining = tasks;
+    auto wait_done = [&] {
+        std::unique_lock<bf::mutex> lk(done_m);
+        done_cv.wait(lk, [&] { return remaining == 0; });
+    };
+    std::vector<std::thread> helpers;
+    for (unsigned k = 1; k < workers; ++k)
+        helpers.emplace_back([&] {
+            bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
+            wait_done();
+        });
+    // work_stealing's constructor waits on a barrier until all `workers`
+    // threads have registered, so no fiber starts before the pool is whole.
+    if (workers == 1)
+        bf::use_scheduling_algorithm<bf::algo::round_robin>();
+    else
+        bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
+    double t0 = now_ns();
+    for (int t = 0; t < tasks; ++t)
+        bf::fiber(std::allocator_arg, bf::fixedsize_stack(stack_bytes), [&, t] {
+            body(t);
+            std::unique_lock<bf::mutex> lk(done_m);
+            if (--remaining == 0) done_cv.notify_all();
+        }).detach();
+    wait_done();
+    double elapsed = now_ns() - t0;
+    for (auto& h : helpers) h.join();
+    return elapsed;
+}
+
+// std::mutex: `workers` OS threads, thread k runs tasks k, k+W, ...; they
+// start together at a gate.
+template <class Body>
+double threads_run(unsigned workers, int tasks, Body& body) {
+    std::atomic<bool> go{false};
+    std::vector<std::thread> ts;
+    for (unsigned k = 0; k < workers; ++k)
+        ts.emplace_back([&, k] {
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            for (int t = static_cast<int>(k); t < tasks; t += static_cast<int>(workers)) body(t);
+        });
+    double t0 = now_ns();
+    go.store(true, std::memory_order_release);
+    for (auto& t : ts) t.join();
+    return now_ns() - t0;
+}
+
+// Run fn() (returning std::vector<double>) in a forked child and return what
+// it returned. The child ends with _exit: Boost's process-static scheduler
+// registry is never torn down, and the parent never touches Boost.Fiber.
+template <class Fn>
+std::vector<double> in_child(const char* what, Fn fn) {
+    int fds[2];
+    if (pipe(fds) != 0) fail("%s: pipe: %s", what, std::strerror(errno));
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid < 0) fail("%s: fork: %s", what, std::strerror(errno));
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(child_timeout_s);
+        std::vector<double> v = fn();
+        const char* p = reinterpret_cast<const char*>(v.data());
+        std::size_t left = v.size() * sizeof(double);
+        while (left > 0) {
+            ssize_t n = write(fds[1], p, left);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) _exit(3);
+            p += n;
+            left -= static_cast<std::size_t>(n);
+        }
+        close(fds[1]);
+        _exit(0);
+    }
+    close(fds[1]);
+    std::vector<char> bytes;
+    char buf[4096];
+    for (;;) {
+        ssize_t n = read(fds[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        bytes.insert(bytes.end(), buf, buf + n);
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) fail("%s: waitpid: %s", what, std::strerror(errno));
+    if (WIFSIGNALED(status))
+        fail("%s: child killed by signal %d%s", what, WTERMSIG(status),
+             WTERMSIG(status) == SIGALRM ? " (timed out)" : "");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("%s: child failed with status %d", what, WEXITSTATUS(status));
+    std::vector<double> v(bytes.size() / sizeof(double));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(double));
+    return v;
+}
+
+// ---------------------------------------------------------------------------
+// mutex / cs-length: the Fig. 8 task.
+
+struct map_state {
+    std::map<unsigned, unsigned> map;  // guarded by the mutex under test
+    long long inside = 0;              // guarded: insertions made
+};
+
+template <class Mutex>
+void prime_task(Mutex& m, map_state& s, int task, int iterations, long cs_ns) {
+    rng r = task_rng(task);
+    for (int i = 0; i < iterations; ++i) {
+        unsigned p = r.prime();
+        m.lock();
+        s.map.insert({p, p});
+        ++s.inside;  // not atomic: a lost update means mutual exclusion failed
+        busy_ns(cs_ns);
+        m.unlock();
+        do_not_optimize(factors(p));
+    }
+}
+
+void verify_map(const map_state& s, int tasks, int iterations, const char* who) {
+    long long want = static_cast<long long>(tasks) * iterations;
+    if (s.inside != want) fail("%s: %lld insertions counted under the lock, expected %lld", who, s.inside, want);
+    std::size_t keys = expected_keys(tasks, iterations);
+    if (s.map.size() != keys) fail("%s: map holds %zu keys, expected %zu", who, s.map.size(), keys);
+    for (const auto& [k, v] : s.map)
+        if (k != v) fail("%s: map[%u] = %u", who, k, v);
+}
+
+// One measurement of the task loop with each competitor; ops/s.
+struct loop_setup {
+    unsigned workers;
+    int tasks;
+    int iterations;
+    long cs_ns;
+    double ops() const { return static_cast<double>(tasks) * iterations; }
+};
+
+double spindle_loop(const loop_setup& c, spindle::handoff policy, const char* who) {
+    map_state s;
+    spindle::mutex m(policy);
+    auto body = [&](int t) { prime_task(m, s, t, c.iterations, c.cs_ns); };
+    double ns = spindle_run(c.workers, c.tasks, body);
+    verify_map(s, c.tasks, c.iterations, who);
+    return c.ops() / (ns * 1e-9);
+}
+
+double boost_loop(const loop_setup& c) {
+    return in_child("boost_fiber", [&] {
+        map_state s;
+        bf::mutex m;
+        auto body = [&](int t) { prime_task(m, s, t, c.iterations, c.cs_ns); };
+        double ns = boost_run(c.workers, c.tasks, body);
+        verify_map(s, c.tasks, c.iterations, "boost_fiber");
+        return std::vector<double>{c.ops() / (ns * 1e-9)};
+    })[0];
+}
+
+double std_loop(const loop_setup& c) {
+    map_state s;
+    std::mutex m;
+    auto body = [&](int t) { prime_task(m, s, t, c.iterations, c.cs_ns); };
+    double ns = threads_run(c.workers, c.tasks, body);
+    verify_map(s, c.tasks, c.iterations, "std_mutex");
+    return c.ops() / (ns * 1e-9);
+}
+
+std::string g_factors_note;  // the measured cost of the parallel work
+
+// --variants LIST: run only the named variants (to chase one of them).
+std::vector<std::string> g_variant_filter;
+std::vector<variant> selected(std::vector<variant> vs) {
+    if (g_variant_filter.empty()) return vs;
+    std::vector<variant> out;
+    for (auto& v : vs)
+        if (std::find(g_variant_filter.begin(), g_variant_filter.end(), v.name) != g_variant_filter.end())
+            out.push_back(std::move(v));
+    if (out.empty()) fail("--variants selects none of this workload's variants");
+    return out;
+}
+
+std::vector<variant> loop_variants(const loop_setup& c) {
+    std::string w = std::to_string(c.workers);
+    return {
+        {"spindle_ces", [c] { return spindle_loop(c, spindle::handoff::ces, "spindle_ces"); }, true,
+         "spindle::mutex(handoff::ces), spindle::scheduler with " + w + " workers, 64 KiB stacks; " + g_factors_note},
+        {"spindle_dispatch", [c] { return spindle_loop(c, spindle::handoff::dispatch, "spindle_dispatch"); }, false,
+         "spindle::mutex(handoff::dispatch), " + w + " workers"},
+        {"spindle_inline", [c] { return spindle_loop(c, spindle::handoff::inline_resume, "spindle_inline"); }, false,
+         "spindle::mutex(handoff::inline_resume), " + w + " workers"},
+        {"boost_fiber", [c] { return boost_loop(c); }, false,
+         std::string("boost::fibers::mutex, ") +
+             (c.workers == 1 ? "algo::round_robin on the main thread (a 1-thread work_stealing spins forever)"
+                             : "algo::work_stealing(" + w + "): main thread + " + std::to_string(c.workers - 1) +
+                                   " threads") +
+             ", fixedsize_stack 64 KiB, one forked child per measurement"},
+        {"std_mutex", [c] { return std_loop(c); }, false,
+         "std::mutex, " + w + " OS threads, each running tasks/" + w + " tasks in turn"},
+    };
+}
+
+struct run_options {
+    std::vector<unsigned> workers;  // empty: the mode's default
+    int iterations = 0;             // 0: the mode's default
+};
+
+std::vector<unsigned> worker_list(const harness& h, const run_options& o) {
+    if (!o.workers.empty()) return o.workers;
+    if (h.quick()) return {1, 2};
+    unsigned n = std::max(1u, std::thread::hardware_concurrency());
+    std::vector<unsigned> ws;
+    for (unsigned w = 1; w <= n; ++w) ws.push_back(w);
+    return ws;
+}
+
+int loop_iterations(const harness& h, const run_options& o) {
+    if (o.iterations > 0) return o.iterations;
+    return h.quick() ? 5 : 100;
+}
+
+void bench_mutex(harness& h, const run_options& o) {
+    const int tasks = 5000;
+    const int iterations = loop_iterations(h, o);
+    for (unsigned w : worker_list(h, o)) {
+        loop_setup c{w, tasks, iterations, 0};
+        h.compare("mutex", {{"tasks", tasks}, {"workers", w}, {"iterations", iterations}},
+                  {"ops_per_s", true}, selected(loop_variants(c)));
+    }
+}
+
+void bench_cs_length(harness& h, const run_options& o) {
+    const int tasks = 5000;
+    const int iterations = loop_iterations(h, o);
+    std::vector<unsigned> ws = o.workers;
+    if (ws.empty()) ws = h.quick() ? std::vector<unsigned>{2} : worker_list(h, o);
+    for (unsigned w : ws)
+        for (long cs : {0L, 250L, 1000L, 2500L, 7500L}) {
+            loop_setup c{w, tasks, iterations, cs};
+            h.compare("cs-length",
+                      {{"tasks", tasks}, {"workers", w}, {"iterations", iterations},
+                       {"cs_ns", static_cast<long long>(cs)}},
+                      {"ops_per_s", true}, selected(loop_variants(c)), h.reps(3, 7));
+        }
+}
+
+// ---------------------------------------------------------------------------
+// queuing-delay: the Fig. 8 loop with timestamps.
+
+struct delay_state {
+    map_state ms;
+    std::int64_t last_unlock = 0;  // guarded: when the last owner unlocked
+    std::vector<double> delays;    // guarded, preallocated: unlock -> waiter's lock() returns
+    std::vector<double> cs;        // guarded, preallocated: critical-section lengths
+    std::size_t nd = 0, nc = 0;
+    delay_state(int tasks, int iterations)
+        : delays(static_cast<std::size_t>(tasks) * static_cast<std::size_t>(iterations)),
+          cs(static_cast<std::size_t>(tasks) * static_cast<std::size_t>(iterations)) {}
+};
+
+template <class Mutex>
+void delay_task(Mutex& m, delay_state& s, int task, int iterations) {
+    rng r = task_rng(task);
+    for (int i = 0; i < iterations; ++i) {
+        unsigned p = r.prime();
+        std::int64_t acquired;
+        if (m.try_lock()) {
+            acquired = clock_ns();
+        } else {
+            std::int64_t called = clock_ns();
+            m.lock();
+            acquired = clock_ns();
+            // Count it as a wait only if the unlock that let us in came after
+            // we asked (it always does for a FIFO handoff; a lock that just
+            // became free between try_lock and lock did not make us wait).
+            if (s.last_unlock >= called) s.delays[s.nd++] = static_cast<double>(acquired - s.last_unlock);
+        }
+        s.ms.map.insert({p, p});
+        ++s.ms.inside;
+        std::int64_t released = clock_ns();
+        s.cs[s.nc++] = static_cast<double>(released - acquired);
+        s.last_unlock = released;
+        m.unlock();
+        do_not_optimize(factors(p));
+    }
+}
+
+// {delay median, cs median, waits, acquisitions}
+std::vector<double> delay_result(delay_state& s, int tasks, int iterations, const char* who) {
+    verify_map(s.ms, tasks, iterations, who);
+    if (s.nc != static_cast<std::size_t>(tasks) * static_cast<std::size_t>(iterations))
+        fail("%s: %zu critical sections timed, expected %lld", who, s.nc,
+             static_cast<long long>(tasks) * iterations);
+    s.delays.resize(s.nd);
+    s.cs.resize(s.nc);
+    double waits = static_cast<double>(s.nd), total = static_cast<double>(s.nc);
+    return {median_of(s.delays), median_of(s.cs), waits, total};
+}
+
+void bench_queuing_delay(harness& h, const run_options& o) {
+    const int tasks = 5000;
+    const int iterations = loop_iterations(h, o);
+    std::vector<unsigned> ws = o.workers;
+    if (ws.empty()) ws = h.quick() ? std::vector<unsigned>{2} : worker_list(h, o);
+    for (unsigned w : ws) {
+        // Per variant, the {cs median, waits, acquisitions} of every
+        // measurement, the harness's discarded warm-up first.
+        std::map<std::string, std::vector<std::vector<double>>> side;
+        auto spindle_v = [&, w](spindle::handoff policy, const char* who) {
+            delay_state s(tasks, iterations);
+            spindle::mutex m(policy);
+            auto body = [&](int t) { delay_task(m, s, t, iterations); };
+            spindle_run(w, tasks, body);
+            std::vector<double> r = delay_result(s, tasks, iterations, who);
+            side[who].push_back({r[1], r[2], r[3]});
+            return r[0];
+        };
+        auto boost_v = [&, w] {
+            std::vector<double> r = in_child("boost_fiber", [&] {
+                delay_state s(tasks, iterations);
+                bf::mutex m;
+                auto body = [&](int t) { delay_task(m, s, t, iterations); };
+                boost_run(w, tasks, body);
+                return delay_result(s, tasks, iterations, "boost_fiber");
+            });
+            if (r.size() != 4) fail("boost_fiber: child sent %zu values", r.size());
+            side["boost_fiber"].push_back({r[1], r[2], r[3]});
+            return r[0];
+        };
+        params ps{{"tasks", tasks}, {"workers", w}, {"iterations", iterations}};
+        const char* what =
+            "median time from the previous owner's unlock() to a waiting lock() returning, over the "
+            "acquisitions that waited (try_lock failed, then lock())";
+        auto res = h.compare(
+            "queuing-delay", ps, {"delay_median_ns", false},
+            selected({{"spindle_ces", [&] { return spindle_v(spindle::handoff::ces, "spindle_ces"); }, true, what},
+                      {"spindle_dispatch", [&] { return spindle_v(spindle::handoff::dispatch, "spindle_dispatch"); },
+                       false, what},
+                      {"boost_fiber", boost_v, false, what}}));
+        // The critical-section medians of the same runs.
+        for (std::size_t i = 0; i < res.size(); ++i) {
+            std::vector<std::vector<double>>& runs = side[res[i].variant];
+            if (runs.size() != res[i].samples.size() + 1)
+                fail("queuing-delay: %zu side samples for %zu measurements", runs.size(), res[i].samples.size());
+            runs.erase(runs.begin());  // the warm-up
+            std::vector<double> cs;
+            double waits = 0, total = 0;
+            for (auto& r : runs) {
+                cs.push_back(r[0]);
+                waits += r[1];
+                total += r[2];
+            }
+            auto s = harness::summarize(res[i].variant, cs);
+            char note[256];
+            std::snprintf(note, sizeof note,
+                          "median critical-section length (lock acquired to unlock call) in the same runs; "
+                          "%.1f%% of acquisitions waited; median delay / median cs = %.1f",
+                          total > 0 ? 100.0 * waits / total : 0.0, s.median > 0 ? res[i].median / s.median : 0.0);
+            h.report("queuing-delay", ps, {"cs_median_ns", false}, s, res[i].variant == "spindle_ces", note);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// locality: 4 resources, which worker ran each critical section.
+
+struct resource {
+    spindle::mutex m;
+    std::array<std::uint64_t, 16> data{};  // guarded by m
+    std::vector<long long> by_worker;      // guarded by m: critical sections per worker
+    resource(spindle::handoff h, unsigned workers) : m(h), by_worker(workers, 0) {}
+};
+
+double locality_run(unsigned workers, int tasks, int iterations, spindle::handoff policy, const char* who) {
+    constexpr unsigned n_res = 4;
+    std::vector<std::unique_ptr<resource>> res;
+    for (unsigned i = 0; i < n_res; ++i) res.push_back(std::make_unique<resource>(policy, workers));
+    auto body = [&](int t) {
+        rng r = task_rng(t);
+        for (int i = 0; i < iterations; ++i) {
+            resource& x = *res[r.next() % n_res];
+            unsigned p = r.prime();
+            x.m.lock();
+            int w = spindle::this_fiber::worker_index();
+            if (w < 0 || static_cast<unsigned>(w) >= workers)
+                fail("%s: worker_index() = %d with %u workers", who, w, workers);
+            ++x.by_worker[static_cast<std::size_t>(w)];
+            for (auto& d : x.data) d += p;
+            x.m.unlock();
+            do_not_optimize(factors(p));
+        }
+    };
+    spindle_run(workers, tasks, body);
+    long long all = 0;
+    double frac = 0;
+    for (auto& x : res) {
+        long long n = 0, top = 0;
+        for (long long c : x->by_worker) {
+            n += c;
+            top = std::max(top, c);
+        }
+        for (auto d : x->data)
+            if (d != x->data[0]) fail("%s: a resource's array was updated unevenly", who);
+        all += n;
+        frac += n > 0 ? static_cast<double>(top) / static_cast<double>(n) : 1.0;
+    }
+    if (all != static_cast<long long>(tasks) * iterations)
+        fail("%s: %lld critical sections recorded, expected %lld", who, all,
+             static_cast<long long>(tasks) * iterations);
+    return frac / n_res;
+}
+
+void bench_locality(harness& h, const run_options& o) {
+    const int tasks = 1000;
+    const int iterations = o.iterations > 0 ? o.iterations : (h.quick() ? 25 : 200);
+    std::vector<unsigned> ws;
+    if (!o.workers.empty()) {
+        for (unsigned w : o.workers)
+            if (w >= 2) ws.push_back(w);  // one worker: trivially 1.0
+    } else if (h.quick()) {
+        ws = {2};
+    } else {
+        for (unsigned w : worker_list(h, o))
+            if (w >= 2) ws.push_back(w);
+    }
+    const char* note =
+        "per resource: share of its critical sections that ran on its most frequent worker; mean of 4 resources";
+    for (unsigned w : ws) {
+        auto v = [w, iterations](spindle::handoff p, const char* who) {
+            return [=] { return locality_run(w, tasks, iterations, p, who); };
+        };
+        h.compare("locality", {{"tasks", tasks}, {"workers", w}, {"iterations", iterations}, {"resources", 4}},
+                  {"same_worker_fraction", true},
+                  selected({{"spindle_ces", v(spindle::handoff::ces, "spindle_ces"), true, note},
+                            {"spindle_dispatch", v(spindle::handoff::dispatch, "spindle_dispatch"), false, note},
+                            {"spindle_inline", v(spindle::handoff::inline_resume, "spindle_inline"), false, note}}));
+    }
+}
+
+// ---------------------------------------------------------------------------
+
+void calibrate_factors() {
+    std::vector<double> per;
+    for (int round = 0; round < 5; ++round) {
+        double t0 = now_ns();
+        unsigned sum = 0;
+        for (unsigned p : g_primes) sum += factors(p);
+        per.push_back((now_ns() - t0) / static_cast<double>(g_primes.size()));
+        if (sum != g_primes.size()) fail("factors(): a prime has %u factors in all", sum);
+    }
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "parallel work factors(p), p prime in (9000, 10000], costs %.1f us here",
+                  median_of(per) / 1000);
+    g_factors_note = buf;
+    std::fprintf(stderr, "ces: %s\n", buf);
+}
+
+std::vector<unsigned> parse_workers(const std::string& s) {
+    std::vector<unsigned> ws;
+    std::size_t i = 0;
+    while (i < s.size()) {
+        std::size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        std::string item = s.substr(i, j - i);
+        char* end = nullptr;
+        long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < 1 || v > 4096) fail("bad worker count '%s' in '%s'", item.c_str(), s.c_str());
+        ws.push_back(static_cast<unsigned>(v));
+        i = j + 1;
+    }
+    if (ws.empty()) fail("empty worker list");
+    return ws;
+}
+
+// Takes this program's own arguments (--workers LIST, --iterations N,
+// --variants LIST) out of argv, leaving the harness's.
+run_options take_own_args(int& argc, char** argv) {
+    run_options o;
+    if (const char* env = std::getenv("SPINDLE_BENCH_WORKERS"); env != nullptr && *env != '\0')
+        o.workers = parse_workers(env);
+    int out = 1;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        if ((a == "--workers" || a == "--iterations" || a == "--variants") && i + 1 >= argc)
+            fail("missing value after %s", a.c_str());
+        if (a == "--variants") {
+            std::string list = argv[++i];
+            for (std::size_t b = 0; b <= list.size();) {
+                std::size_t e = list.find(',', b);
+                if (e == std::string::npos) e = list.size();
+                if (e > b) g_variant_filter.push_back(list.substr(b, e - b));
+                b = e + 1;
+            }
+        } else if (a == "--workers") {
+            o.workers = parse_workers(argv[++i]);
+        } else if (a == "--iterations") {
+            o.iterations = std::atoi(argv[++i]);
+            if (o.iterations < 1) fail("--iterations wants a positive number");
+        } else {
+            if (a == "--help" || a == "-h")
+                std::fprintf(stderr,
+                             "spindle_bench_ces also takes: [--workers 1,2,4,...] (or SPINDLE_BENCH_WORKERS) "
+                             "[--iterations N] [--variants spindle_ces,boost_fiber,...]\n");
+            argv[out++] = argv[i];
+        }
+    }
+    argc = out;
+    argv[argc] = nullptr;
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    run_options o = take_own_args(argc, argv);
+    harness h(argc, argv, "ces");
+    init_primes();
+    calibrate_factors();
+    if (h.wants("mutex")) bench_mutex(h, o);
+    if (h.wants("cs-length")) bench_cs_length(h, o);
+    if (h.wants("queuing-delay")) bench_queuing_delay(h, o);
+    if (h.wants("locality")) bench_locality(h, o);
+    return 0;
+}

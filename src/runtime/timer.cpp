@@ -1,0 +1,162 @@
+// The timer service (include/spindle/runtime/detail/timer.hpp) and the fiber
+// calls built on it: sleep_until, stop tokens.
+#include <spindle/runtime/detail/timer.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <thread>
+#include <tuple>
+
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/scheduler.hpp>
+
+namespace spindle::detail {
+
+namespace {
+
+class timer_service {
+public:
+    void add(timer_entry* e) {
+        std::unique_lock lk(m_);
+        if (!started_) {
+            // First use starts the thread. It is never joined: the service
+            // lives until the process exits (see instance()).
+            std::thread([this] { run(); }).detach();
+            started_ = true;
+        }
+        e->seq = ++seq_;
+        e->state = 1;
+        auto it = q_.insert(key(e)).first;
+        if (it == q_.begin()) cv_.notify_one();  // a new earliest deadline
+    }
+
+    void cancel(timer_entry* e) noexcept {
+        std::unique_lock lk(m_);
+        if (e->state == 1) {
+            q_.erase(key(e));
+            e->state = 0;
+            return;
+        }
+        while (e->state == 2) done_cv_.wait(lk);
+    }
+
+    static timer_service& instance() {
+        // Deliberately leaked: fibers of a scheduler destroyed during static
+        // destruction may still be cancelling timers.
+        static timer_service* s = new timer_service;
+        return *s;
+    }
+
+private:
+    using key_t = std::tuple<std::chrono::steady_clock::time_point, std::uint64_t, timer_entry*>;
+    static key_t key(timer_entry* e) noexcept { return {e->deadline, e->seq, e}; }
+
+    void run() {
+        std::unique_lock lk(m_);
+        for (;;) {
+            if (q_.empty()) {
+                cv_.wait(lk);
+                continue;
+            }
+            auto now = std::chrono::steady_clock::now();
+            auto first = std::get<0>(*q_.begin());
+            if (first > now) {
+                cv_.wait_until(lk, first);
+                continue;
+            }
+            timer_entry* e = std::get<2>(*q_.begin());
+            q_.erase(q_.begin());
+            e->state = 2;
+            lk.unlock();
+            e->fn(e->arg);  // outside the mutex: it may take a primitive's lock
+            lk.lock();
+            e->state = 0;
+            done_cv_.notify_all();
+        }
+    }
+
+    std::mutex m_;
+    std::condition_variable cv_;       // the earliest deadline changed
+    std::condition_variable done_cv_;  // a firing action returned
+    std::set<key_t> q_;
+    std::uint64_t seq_ = 0;
+    bool started_ = false;
+};
+
+}  // namespace
+
+void timer_add(timer_entry* e) { timer_service::instance().add(e); }
+void timer_cancel(timer_entry* e) noexcept { timer_service::instance().cancel(e); }
+
+}  // namespace spindle::detail
+
+namespace spindle::this_fiber {
+
+namespace {
+struct sleep_state {
+    detail::waiter w;
+    // The timer and a stop request race to wake the sleeper: the first to
+    // exchange this unparks it (acq_rel: orders nothing else, picks a winner).
+    std::atomic<bool> claimed{false};
+    void wake() noexcept {
+        if (!claimed.exchange(true, std::memory_order_acq_rel)) detail::unpark(&w);
+    }
+};
+struct sleep_stop {
+    sleep_state* s;
+    void operator()() const noexcept { s->wake(); }
+};
+}  // namespace
+
+bool sleep_until_steady(std::chrono::steady_clock::time_point t) noexcept {
+    detail::fiber_ctx* self = detail::running_fiber();
+    if (self == nullptr) {
+        std::this_thread::sleep_until(t);
+        return true;
+    }
+    if (t <= std::chrono::steady_clock::now()) {
+        yield();
+        return !self->stop.stop_requested();
+    }
+    sleep_state st;
+    st.w.fiber = self;
+    detail::timer_entry te;
+    te.deadline = t;
+    te.fn = [](void* a) noexcept { static_cast<sleep_state*>(a)->wake(); };
+    te.arg = &st;
+    bool stopped = false;
+    {
+        std::stop_callback<sleep_stop> cb(self->stop.get_token(), sleep_stop{&st});
+        detail::timer_add(&te);
+        detail::park(&st.w);
+        // Disarm both before `st` goes away: each waits for a running action.
+        detail::timer_cancel(&te);
+        stopped = self->stop.stop_requested();
+    }
+    return !stopped;
+}
+
+std::stop_token get_stop_token() noexcept {
+    detail::fiber_ctx* self = detail::running_fiber();
+    return self != nullptr ? self->stop.get_token() : std::stop_token{};
+}
+
+int worker_index() noexcept {
+    detail::worker* w = detail::tl_worker;
+    return w != nullptr && w->current != nullptr ? static_cast<int>(w->index) : -1;
+}
+
+}  // namespace spindle::this_fiber
+
+namespace spindle {
+
+bool fiber::request_stop() noexcept { return ctx_ != nullptr && ctx_->stop.request_stop(); }
+
+std::stop_source fiber::get_stop_source() const noexcept {
+    return ctx_ != nullptr ? ctx_->stop : std::stop_source(std::nostopstate);
+}
+
+}  // namespace spindle

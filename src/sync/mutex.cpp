@@ -1,0 +1,139 @@
+// spindle::mutex slow paths (include/spindle/sync/mutex.hpp).
+#include <spindle/sync/mutex.hpp>
+
+#include <spindle/runtime/fiber.hpp>
+
+namespace spindle {
+
+using detail::fatal;
+
+namespace {
+
+// A timeout or stop request for a queued locker (wait_node::cancel).
+void cancel_locker(detail::wait_node* n) noexcept;
+
+}  // namespace
+
+struct mutex_access {
+    static void cancel(detail::wait_node* n) noexcept {
+        auto* m = static_cast<mutex*>(n->owner);
+        m->qlock_.lock();
+        if (!n->queued) {  // granted already, or never queued
+            m->qlock_.unlock();
+            return;
+        }
+        m->queue_.remove(n);
+        if (m->queue_.empty()) {
+            // Still held (by someone else), nobody waits: 2 -> 1, so the
+            // holder's unlock takes the fast path.
+            m->state_.store(1, std::memory_order_relaxed);
+        }
+        m->qlock_.unlock();
+        detail::unpark(&n->w);
+    }
+};
+
+namespace {
+void cancel_locker(detail::wait_node* n) noexcept { mutex_access::cancel(n); }
+}  // namespace
+
+mutex::~mutex() {
+#if SPINDLE_DEBUG_CHECKS
+    std::uint32_t s = state_.load(std::memory_order_relaxed);
+    if (s != 0)
+        fatal("spindle::mutex %p destroyed while %s", static_cast<void*>(this),
+              s == 1 ? "held" : "held and waited on");
+#endif
+}
+
+#if SPINDLE_DEBUG_CHECKS
+void mutex::check_owner() noexcept {
+    // relaxed: a misuse check, not synchronization; a correct caller wrote
+    // owner_ itself.
+    if (state_.load(std::memory_order_relaxed) == 0)
+        fatal("spindle::mutex %p: unlock() of a mutex that is not locked", static_cast<void*>(this));
+    if (owner_.load(std::memory_order_relaxed) != detail::caller_identity())
+        fatal("spindle::mutex %p: unlock() by a caller that does not hold it", static_cast<void*>(this));
+}
+#endif
+
+void mutex::lock_slow() {
+    if (!lock_wait(detail::no_deadline, nullptr))
+        fatal("spindle::mutex %p: an uncancellable lock() was cancelled", static_cast<void*>(this));
+}
+
+// Take the mutex if free (true), else record that a waiter is queued
+// (state 1 -> 2). Under qlock_.
+static bool take_or_mark(std::atomic<std::uint32_t>& state) noexcept {
+    std::uint32_t s = state.load(std::memory_order_relaxed);
+    for (;;) {
+        if (s == 0) {
+            // acquire pairs with the release in unlock()/unlock_slow().
+            if (state.compare_exchange_weak(s, 1, std::memory_order_acquire, std::memory_order_relaxed))
+                return true;
+        } else if (s == 1) {
+            // relaxed: qlock_ orders it with the unlocker's slow path; a
+            // racing fast-path unlock makes the CAS fail and we retry.
+            if (state.compare_exchange_weak(s, 2, std::memory_order_relaxed, std::memory_order_relaxed))
+                return false;
+        } else {
+            return false;
+        }
+    }
+}
+
+bool mutex::lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_token* st) {
+    detail::wait_node n;
+    n.w.fiber = detail::running_fiber();
+    n.cancel = &cancel_locker;
+    n.owner = this;
+    detail::wait_guard guard(n, deadline, st);
+    qlock_.lock();
+    if (take_or_mark(state_)) {
+        qlock_.unlock();
+        return true;
+    }
+    if (n.cancel_requested.load(std::memory_order_relaxed)) {
+        // Timed out or stopped before we queued. We may have set 2 with
+        // nobody queued: put it back.
+        if (queue_.empty()) state_.store(1, std::memory_order_relaxed);
+        qlock_.unlock();
+        return false;
+    }
+    queue_.push_back(&n);
+    qlock_.unlock();
+    guard.wait();
+    // granted was written under qlock_ before the unpark that woke us.
+    return n.granted;
+}
+
+void mutex::unlock_slow() {
+    qlock_.lock();
+    detail::wait_node* n = queue_.pop_front();
+    if (n == nullptr) {
+        // The last waiter cancelled between our failed CAS and here.
+        state_.store(0, std::memory_order_release);  // pairs with the next locker's acquire
+        qlock_.unlock();
+        return;
+    }
+    // Direct handoff: the mutex stays held, now by n. Nobody can overtake it.
+    if (queue_.empty()) state_.store(1, std::memory_order_relaxed);
+    n->granted = true;
+    qlock_.unlock();  // release: our critical section happens-before n's
+    detail::unpark_with(&n->w, static_cast<unsigned>(policy_));
+}
+
+bool mutex::enqueue_or_acquire(detail::wait_node* w) noexcept {
+    qlock_.lock();
+    if (take_or_mark(state_)) {
+        qlock_.unlock();
+        w->granted = true;
+        return true;
+    }
+    w->granted = false;
+    queue_.push_back(w);
+    qlock_.unlock();
+    return false;
+}
+
+}  // namespace spindle
