@@ -640,8 +640,11 @@ double locality_run(unsigned workers, int tasks, int iterations, spindle::handof
         for (int i = 0; i < iterations; ++i) {
             resource& x = *res[r.next() % n_res];
             unsigned p = r.prime();
-            bool waited = !x.m.try_lock();
-            if (waited) x.m.lock();
+            bool waited = false;
+            if (!x.m.try_lock()) {
+                waited = true;
+                x.m.lock();
+            }
             int w = spindle::this_fiber::worker_index();
             if (w < 0 || static_cast<unsigned>(w) >= workers)
                 fail("%s: worker_index() = %d with %u workers", who, w, workers);
