@@ -145,6 +145,8 @@ std::uint64_t next_random(worker* w) noexcept {
 // The inject list -> the deque (oldest first, so the owner's LIFO pop runs
 // the newest and thieves take the oldest).
 void drain_inject(worker* w) noexcept {
+    // A relaxed look first: the exchange below costs an atomic RMW.
+    if (w->inject_head.load(std::memory_order_relaxed) == nullptr) return;
     // acquire pairs with the seq_cst CAS in inject_push().
     fiber_ctx* list = w->inject_head.exchange(nullptr, std::memory_order_acquire);
     if (list == nullptr) return;
@@ -184,7 +186,7 @@ fiber_ctx* steal_one(worker* w) noexcept {
 // Something for the worker loop to run: its inject list, its deque, then
 // the other workers' deques.
 fiber_ctx* find_work(worker* w) noexcept {
-    if (w->inject_head.load(std::memory_order_relaxed) != nullptr) drain_inject(w);
+    drain_inject(w);
     if (fiber_ctx* f = w->deque.pop()) return f;
     return steal_one(w);
 }
@@ -201,12 +203,20 @@ void park_worker(worker* w) noexcept {
     // The epoch is read before announcing ourselves: a wake after this
     // point changes it, and futex_wait then returns at once.
     std::uint32_t key = w->epoch.load(std::memory_order_seq_cst);
+    // seq_cst store: before the count, so a notifier that sees the count
+    // also sees parked (claim_and_wake's load).
     w->parked.store(true, std::memory_order_seq_cst);
-    s->sleepers.fetch_add(1, std::memory_order_seq_cst);  // pairs with notify_sleeper()
+    // seq_cst RMW then seq_cst re-check of the queues: the Dekker pair with
+    // a publisher's seq_cst push then notify_sleeper()'s load of sleepers.
+    s->sleepers.fetch_add(1, std::memory_order_seq_cst);
     if (!any_work_seq_cst(w) && !should_stop(s)) futex_wait(&w->epoch, key);
     // Claimed by a notifier (parked already false) or not: either way we
     // are awake and will look for work.
+    // relaxed: only we and claimers write it, and a stale true costs a
+    // claimer one futex_wake on an awake worker.
     w->parked.store(false, std::memory_order_relaxed);
+    // seq_cst: a notifier that still counts us finds no parked worker and
+    // returns; we are awake and about to search the queues ourselves.
     s->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
@@ -219,7 +229,7 @@ void park_worker(worker* w) noexcept {
 fiber_ctx* take_over(worker* w, fiber_ctx* self) noexcept {
     // Fibers other threads woke for us wait in the inject list: move them to
     // the deque now, so a busy worker does not leave them behind.
-    if (w->inject_head.load(std::memory_order_relaxed) != nullptr) drain_inject(w);
+    drain_inject(w);
     fiber_ctx* n = self->resumer;
     if (n != nullptr) {
         self->resumer = nullptr;
@@ -373,7 +383,7 @@ void yield_slow(worker* w) noexcept {
 
 void make_ready(fiber_ctx* f) noexcept {
     worker* w = tl_worker;
-    if (w != nullptr && f->home != nullptr && w->sched == f->home->sched && !f->pinned)
+    if (w != nullptr && f->home != nullptr && w->sched == f->home->sched)
         push_local(w, f);
     else
         inject_push(f->home, f);
@@ -427,7 +437,7 @@ void unpark_with(waiter* wt, unsigned policy) noexcept {
     // Switching needs: a fiber waiter, a waker that is a fiber of the same
     // scheduler, and a waiter whose context is saved (parked). Otherwise:
     // dispatch.
-    if (policy == 1 || f == nullptr || w == nullptr || w->current == nullptr || f->pinned ||
+    if (policy == 1 || f == nullptr || w == nullptr || w->current == nullptr ||
         f->home == nullptr || f->home->sched != w->sched ||
         // acquire pairs with finish_park()'s exchange: f's context is saved.
         wt->state.load(std::memory_order_acquire) != park_parked) {

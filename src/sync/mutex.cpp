@@ -7,14 +7,8 @@ namespace spindle {
 
 using detail::fatal;
 
-namespace {
-
-// A timeout or stop request for a queued locker (wait_node::cancel).
-void cancel_locker(detail::wait_node* n) noexcept;
-
-}  // namespace
-
 struct mutex_access {
+    // A timeout or stop request for a queued locker (wait_node::cancel).
     static void cancel(detail::wait_node* n) noexcept {
         auto* m = static_cast<mutex*>(n->owner);
         m->qlock_.lock();
@@ -32,10 +26,6 @@ struct mutex_access {
         detail::unpark(&n->w);
     }
 };
-
-namespace {
-void cancel_locker(detail::wait_node* n) noexcept { mutex_access::cancel(n); }
-}  // namespace
 
 mutex::~mutex() {
 #if SPINDLE_DEBUG_CHECKS
@@ -85,7 +75,7 @@ static bool take_or_mark(std::atomic<std::uint32_t>& state) noexcept {
 bool mutex::lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_token* st) {
     detail::wait_node n;
     n.w.fiber = detail::running_fiber();
-    n.cancel = &cancel_locker;
+    n.cancel = &mutex_access::cancel;
     n.owner = this;
     detail::wait_guard guard(n, deadline, st);
     qlock_.lock();
@@ -121,19 +111,6 @@ void mutex::unlock_slow() {
     n->granted = true;
     qlock_.unlock();  // release: our critical section happens-before n's
     detail::unpark_with(&n->w, static_cast<unsigned>(policy_));
-}
-
-bool mutex::enqueue_or_acquire(detail::wait_node* w) noexcept {
-    qlock_.lock();
-    if (take_or_mark(state_)) {
-        qlock_.unlock();
-        w->granted = true;
-        return true;
-    }
-    w->granted = false;
-    queue_.push_back(w);
-    qlock_.unlock();
-    return false;
 }
 
 }  // namespace spindle

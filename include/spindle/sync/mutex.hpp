@@ -115,10 +115,6 @@ private:
     SPINDLE_NOINLINE void lock_slow();
     SPINDLE_NOINLINE void unlock_slow();
     bool lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_token* st);
-    // Condition variable support (wait morphing): queue `w`, already counted
-    // as a waiter of the condition variable, on this mutex; if the mutex is
-    // free it is taken on w's behalf and true is returned (caller wakes w).
-    bool enqueue_or_acquire(detail::wait_node* w) noexcept;
 
 #if SPINDLE_DEBUG_CHECKS
     void note_owner() noexcept { owner_.store(detail::caller_identity(), std::memory_order_relaxed); }

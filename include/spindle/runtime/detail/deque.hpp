@@ -60,8 +60,10 @@ public:
         buffer* a = buf_.load(std::memory_order_relaxed);
         if (b - t > static_cast<std::int64_t>(a->mask)) a = grow(a, t, b);
         a->at(b).store(x, std::memory_order_relaxed);
-        // release pairs with the thief's seq_cst load of bottom: the element
-        // and everything written before the push are visible to the thief.
+        // Pairs with the thief's seq_cst load of bottom: the element and
+        // everything written before the push are visible to the thief.
+        // seq_cst rather than release: it is also the publish half of the
+        // scheduler's Dekker pair with a parking worker (notify_sleeper).
         bottom_.store(b + 1, std::memory_order_seq_cst);
     }
 

@@ -106,7 +106,6 @@ struct fiber_ctx {
     fiber_ctx* resumer = nullptr;
     worker* home = nullptr;      // the worker that last ran it (remote wakes go there)
     std::uint64_t id = 0;        // 1, 2, 3, ... per process
-    bool pinned = false;         // never leaves `home` (fiber_options::pinned)
 
     // Lifetime: one reference for the running body, one for the `fiber`
     // handle. The last one to drop it returns the stack. acq_rel on the
@@ -122,8 +121,6 @@ struct fiber_ctx {
     void (*invoke)(void* callable) = nullptr;   // runs the body
     void (*destroy)(void* callable) = nullptr;  // destroys the stored callable
     void* callable = nullptr;
-    void** locals = nullptr;     // fiber_local<T> slots, allocated on first use
-    unsigned locals_size = 0;
     bool callable_on_heap = false;
     stack_region stack;
 };

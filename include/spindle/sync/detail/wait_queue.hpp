@@ -75,7 +75,6 @@ struct wait_node {
     // How a timeout or stop request takes this node out of its queue.
     cancel_fn cancel = nullptr;
     void* owner = nullptr;           // the primitive, for `cancel`
-    std::uintptr_t tag = 0;          // primitive-specific (e.g. a condition variable's mutex)
 };
 
 // Intrusive FIFO. Not synchronized: callers hold the primitive's spinlock.
