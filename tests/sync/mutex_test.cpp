@@ -350,7 +350,9 @@ TEST(MutexCes, ContendedCriticalSectionsStayOnOneWorker) {
         // side: with 2 workers on a 2-core machine shared with other tests
         // one worker thread may get no CPU and dispatch looks local too. With
         // 4 workers the OS interleaves them whatever the load.
-        if (workers == 4) EXPECT_GT(ces.handoff_same_worker, dispatch.handoff_same_worker);
+        if (workers == 4) {
+            EXPECT_GT(ces.handoff_same_worker, dispatch.handoff_same_worker);
+        }
     }
 }
 
