@@ -4,7 +4,9 @@
 #include <spindle/arch/context.hpp>
 #include <spindle/memory/stack.hpp>
 #include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/fiber_local.hpp>
 #include <spindle/runtime/generator.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/handoff.hpp>
 #include <spindle/sync/mutex.hpp>

@@ -21,6 +21,7 @@ namespace spindle::detail {
 __thread worker* tl_worker __attribute__((tls_model("initial-exec"))) = nullptr;
 
 void run_worker_thread(worker* w);
+void destroy_fiber_locals(fiber_ctx* c) noexcept;  // src/runtime/fiber_local.cpp
 void wake_all_workers(scheduler_state* s) noexcept;
 
 struct scheduler_state {
@@ -116,10 +117,40 @@ void inject_push(worker* w, fiber_ctx* f) noexcept {
     s->wakes_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
-// Make `f` ready on this thread's worker `w`, where idle workers may steal it.
+// A ready pinned fiber joins its worker's pinned list (owner only).
+void pinned_push(worker* w, fiber_ctx* f) noexcept {
+    f->pinned_next = nullptr;
+    if (w->pinned_tail != nullptr) w->pinned_tail->pinned_next = f; else w->pinned_head = f;
+    w->pinned_tail = f;
+}
+
+fiber_ctx* pinned_pop(worker* w) noexcept {
+    fiber_ctx* f = w->pinned_head;
+    if (f != nullptr) {
+        w->pinned_head = f->pinned_next;
+        if (w->pinned_head == nullptr) w->pinned_tail = nullptr;
+        f->pinned_next = nullptr;
+    }
+    return f;
+}
+
+// The next ready fiber of this worker's own queues: pinned ones first (they
+// have nowhere else to run), then the deque, newest first.
+fiber_ctx* pop_ready(worker* w) noexcept {
+    if (w->pinned_head != nullptr) [[unlikely]]
+        return pinned_pop(w);
+    return w->deque.pop();
+}
+
+// Make `f` ready on this thread's worker `w`, where idle workers may steal it
+// (unless it is pinned here).
 void push_local(worker* w, fiber_ctx* f) noexcept {
-    w->deque.push(f);  // its seq_cst store of bottom publishes f
     w->yield_check = 1;
+    if (f->pinned) [[unlikely]] {
+        pinned_push(w, f);  // f->home == w: callers send pinned fibers home
+        return;
+    }
+    w->deque.push(f);  // its seq_cst store of bottom publishes f
     notify_sleeper(w->sched, w);
 }
 
@@ -157,14 +188,20 @@ void drain_inject(worker* w) noexcept {
         fifo = list;
         list = n;
     }
+    bool stealable = false;
     while (fifo != nullptr) {
         fiber_ctx* n = fifo->inject_next;
         fifo->inject_next = nullptr;
-        w->deque.push(fifo);
+        if (fifo->pinned) {
+            pinned_push(w, fifo);
+        } else {
+            w->deque.push(fifo);
+            stealable = true;
+        }
         fifo = n;
     }
     w->yield_check = 1;
-    notify_sleeper(w->sched, w);
+    if (stealable) notify_sleeper(w->sched, w);
 }
 
 fiber_ctx* steal_one(worker* w) noexcept {
@@ -187,7 +224,7 @@ fiber_ctx* steal_one(worker* w) noexcept {
 // the other workers' deques.
 fiber_ctx* find_work(worker* w) noexcept {
     drain_inject(w);
-    if (fiber_ctx* f = w->deque.pop()) return f;
+    if (fiber_ctx* f = pop_ready(w)) return f;
     return steal_one(w);
 }
 
@@ -235,7 +272,7 @@ fiber_ctx* take_over(worker* w, fiber_ctx* self) noexcept {
         self->resumer = nullptr;
     } else {
         bool ring_first = self->next != self && (++w->picks & 15) == 0;
-        if (!ring_first) n = w->deque.pop();
+        if (!ring_first) n = pop_ready(w);
         if (n == nullptr) {
             if (self->next != self) {
                 n = self->next;
@@ -243,7 +280,7 @@ fiber_ctx* take_over(worker* w, fiber_ctx* self) noexcept {
                 w->current = n;
                 return n;
             }
-            n = w->deque.pop();
+            n = pop_ready(w);
             if (n == nullptr) {
                 w->current = nullptr;
                 return nullptr;
@@ -354,6 +391,7 @@ void fiber_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     }
     c->destroy(c->callable);
     c->callable = nullptr;
+    if (c->locals != nullptr) destroy_fiber_locals(c);
     finish_fiber(c);
 }
 
@@ -365,7 +403,7 @@ void yield_slow(worker* w) noexcept {
     if (n != nullptr) {
         self->resumer = nullptr;
     } else if ((++w->picks & 15) != 0 || self->next == self) {
-        n = w->deque.pop();
+        n = pop_ready(w);
     }
     if (n != nullptr) {
         // Runs next; self stays in the ring and runs after the ring's others.
@@ -383,7 +421,7 @@ void yield_slow(worker* w) noexcept {
 
 void make_ready(fiber_ctx* f) noexcept {
     worker* w = tl_worker;
-    if (w != nullptr && f->home != nullptr && w->sched == f->home->sched)
+    if (w != nullptr && f->home != nullptr && w->sched == f->home->sched && (!f->pinned || f->home == w))
         push_local(w, f);
     else
         inject_push(f->home, f);
@@ -427,21 +465,56 @@ void unpark_home(waiter* wt) noexcept {
 }
 }  // namespace
 
+namespace {
+// May the fiber running on `w` switch straight into waiter `wt` (CES or
+// inline handoff)? It needs: a fiber waiter of the waker's scheduler, a waker
+// that is a fiber, a waiter allowed to run here (not pinned elsewhere), and a
+// waiter whose context is saved (parked).
+bool can_switch_into(worker* w, waiter* wt, unsigned policy) noexcept {
+    fiber_ctx* f = wt->fiber;
+    return policy != 1 && f != nullptr && w != nullptr && w->current != nullptr &&
+           f->home != nullptr && f->home->sched == w->sched && (!f->pinned || f->home == w) &&
+           // acquire pairs with finish_park()'s exchange: f's context is saved.
+           wt->state.load(std::memory_order_acquire) == park_parked;
+}
+
+// Wake without switching: dispatch sends a fiber home, anything else is a
+// plain unpark.
+void unpark_no_switch(waiter* wt, unsigned policy) noexcept {
+    if (policy == 1 && wt->fiber != nullptr && wt->fiber->home != nullptr)
+        unpark_home(wt);
+    else
+        unpark(wt);
+}
+}  // namespace
+
+void unpark_and_park(waiter* wt, unsigned policy, waiter* self_wt) noexcept {
+    worker* w = tl_worker;
+    if (self_wt->fiber == nullptr || !can_switch_into(w, wt, policy) ||
+        w->current->resumer != nullptr) {
+        // (A fiber with a resumer must give the worker back to it.)
+        unpark_no_switch(wt, policy);
+        park(self_wt);
+        return;
+    }
+    // We dequeued it and it is parked: nobody else will touch it. inline
+    // and ces agree here: we suspend anyway, so the waiter runs now.
+    fiber_ctx* f = wt->fiber;
+    wt->state.store(park_notified, std::memory_order_relaxed);
+    fiber_ctx* self = w->current;
+    f->home = w;
+    ring_replace(self, f);
+    w->current = f;
+    w->post = post_action{&finish_park, self_wt};
+    arch::switch_to(&self->ctx, &f->ctx);
+    run_post(tl_worker);
+}
+
 void unpark_with(waiter* wt, unsigned policy) noexcept {
     fiber_ctx* f = wt->fiber;
     worker* w = tl_worker;
-    if (policy == 1 && f != nullptr && f->home != nullptr) {
-        unpark_home(wt);
-        return;
-    }
-    // Switching needs: a fiber waiter, a waker that is a fiber of the same
-    // scheduler, and a waiter whose context is saved (parked). Otherwise:
-    // dispatch.
-    if (policy == 1 || f == nullptr || w == nullptr || w->current == nullptr ||
-        f->home == nullptr || f->home->sched != w->sched ||
-        // acquire pairs with finish_park()'s exchange: f's context is saved.
-        wt->state.load(std::memory_order_acquire) != park_parked) {
-        unpark(wt);
+    if (!can_switch_into(w, wt, policy)) {
+        unpark_no_switch(wt, policy);
         return;
     }
     // We dequeued it and it is parked: nobody else will touch it.
@@ -483,19 +556,31 @@ std::uint64_t next_fiber_id() noexcept {
     return g_fiber_ids.fetch_add(1, std::memory_order_relaxed) + 1;  // a counter, orders nothing
 }
 
-void submit_new_fiber(scheduler_state* s, fiber_ctx* c) noexcept {
+void bad_worker_index(int index, unsigned workers) {
+    throw std::invalid_argument("spindle: fiber_options::worker " + std::to_string(index) +
+                                " is not a worker of this scheduler (it has " + std::to_string(workers) +
+                                "; valid: 0.." + std::to_string(workers - 1) + " or -1)");
+}
+
+unsigned worker_count(scheduler_state* s) noexcept { return static_cast<unsigned>(s->workers.size()); }
+
+void submit_new_fiber(scheduler_state* s, fiber_ctx* c, int on_worker) noexcept {
     // Before the fiber is published, so its own decrement cannot come first.
     s->live.fetch_add(1, std::memory_order_seq_cst);
     worker* w = tl_worker;
-    if (w != nullptr && w->sched == s && w->current != nullptr) {
+    if (on_worker < 0 && w != nullptr && w->sched == s && w->current != nullptr) {
         c->home = w;
         push_local(w, c);
         return;
     }
-    unsigned i = s->next_worker.fetch_add(1, std::memory_order_relaxed) %
-                 static_cast<unsigned>(s->workers.size());
+    unsigned i = on_worker >= 0 ? static_cast<unsigned>(on_worker)
+                                : s->next_worker.fetch_add(1, std::memory_order_relaxed) %
+                                      static_cast<unsigned>(s->workers.size());
     c->home = s->workers[i].get();
-    inject_push(c->home, c);
+    if (w == c->home && w->current != nullptr)
+        push_local(w, c);
+    else
+        inject_push(c->home, c);
 }
 
 void release_fiber(fiber_ctx* c) noexcept {

@@ -52,9 +52,7 @@ void mutex::lock_slow() {
         fatal("spindle::mutex %p: an uncancellable lock() was cancelled", static_cast<void*>(this));
 }
 
-// Take the mutex if free (true), else record that a waiter is queued
-// (state 1 -> 2). Under qlock_.
-static bool take_or_mark(std::atomic<std::uint32_t>& state) noexcept {
+bool mutex::take_or_mark(std::atomic<std::uint32_t>& state) noexcept {
     std::uint32_t s = state.load(std::memory_order_relaxed);
     for (;;) {
         if (s == 0) {
@@ -111,6 +109,28 @@ void mutex::unlock_slow() {
     n->granted = true;
     qlock_.unlock();  // release: our critical section happens-before n's
     detail::unpark_with(&n->w, static_cast<unsigned>(policy_));
+}
+
+void mutex::unlock_and_park(detail::wait_node& self) {
+    std::uint32_t expected = 1;
+    // release pairs with the acquire CAS of the next locker.
+    if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) {
+        detail::park(&self.w);
+        return;
+    }
+    qlock_.lock();
+    detail::wait_node* n = queue_.pop_front();
+    if (n == nullptr) {
+        state_.store(0, std::memory_order_release);  // pairs with the next locker's acquire
+        qlock_.unlock();
+        detail::park(&self.w);
+        return;
+    }
+    if (queue_.empty()) state_.store(1, std::memory_order_relaxed);
+    n->granted = true;
+    qlock_.unlock();  // release: our critical section happens-before n's
+    if (n == &self) return;  // a notify queued us here, and we were first: ours again
+    detail::unpark_and_park(&n->w, static_cast<unsigned>(policy_), &self.w);
 }
 
 }  // namespace spindle

@@ -62,6 +62,15 @@ namespace spindle {
 struct fiber_options {
     // Usable stack bytes; 0 takes the scheduler's default.
     std::size_t stack_size = 0;
+    // The worker (0 .. workers-1) it starts on; -1: the spawning fiber's
+    // worker when spawned from a fiber of the same scheduler, else the
+    // workers in turn. An index out of range throws std::invalid_argument.
+    int worker = -1;
+    // Keep it on the worker it starts on for its whole life: it is never
+    // stolen, a CES handoff never moves it (a handoff to it from another
+    // worker becomes a wake-up on its own worker), and thread_locals and
+    // this_fiber::worker_index() stay those of that worker.
+    bool pinned = false;
 };
 
 namespace detail {
@@ -74,7 +83,9 @@ scheduler_state* current_scheduler_state() noexcept;  // of the calling fiber, o
 scheduler_state* default_scheduler_state();           // process-wide, made on first use
 std::size_t resolve_stack_size(scheduler_state* s, std::size_t requested) noexcept;
 std::uint64_t next_fiber_id() noexcept;
-void submit_new_fiber(scheduler_state* s, fiber_ctx* c) noexcept;
+void submit_new_fiber(scheduler_state* s, fiber_ctx* c, int on_worker) noexcept;
+unsigned worker_count(scheduler_state* s) noexcept;
+[[noreturn]] void bad_worker_index(int index, unsigned workers);
 void release_fiber(fiber_ctx* c) noexcept;  // drop one reference
 [[noreturn]] void fiber_entry(arch::raw_context* self, arch::raw_context* from) noexcept;
 inline fiber_ctx* running_fiber() noexcept {
@@ -186,10 +197,13 @@ private:
 
     template <class Fn>
     void start(detail::scheduler_state* s, Fn&& fn, fiber_options opts) {
+        if (opts.worker < -1 || (opts.worker >= 0 && static_cast<unsigned>(opts.worker) >= detail::worker_count(s)))
+            detail::bad_worker_index(opts.worker, detail::worker_count(s));
         detail::fiber_ctx* c =
             detail::create_fiber(std::forward<Fn>(fn), detail::resolve_stack_size(s, opts.stack_size));
+        c->pinned = opts.pinned;
         ctx_ = c;
-        detail::submit_new_fiber(s, c);
+        detail::submit_new_fiber(s, c, opts.worker);
     }
 
     [[noreturn]] SPINDLE_COLD void abandon_joinable(const char* what) const noexcept;

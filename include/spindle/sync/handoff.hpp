@@ -10,8 +10,8 @@
 //                  cppcoro, folly). No queuing delay, but every contended
 //                  critical section and what follows it collapses onto one
 //                  worker ("collapse of parallelism", §4.2).
-//   dispatch       the waiter is made ready on the waker's worker (where idle
-//                  workers may steal it) and the waker continues (Fig. 3;
+//   dispatch       the waiter is made ready on the worker it blocked on
+//                  (where idle workers may steal it) and the waker continues (Fig. 3;
 //                  Boost.Fiber, Tokio, Kotlin). The lock stays held, nobody in
 //                  its critical section, while the waiter sits in a ready
 //                  queue ("queuing delay", §4.1).

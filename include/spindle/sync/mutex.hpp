@@ -110,11 +110,19 @@ public:
 
 private:
     friend class condition_variable;
+    friend struct condition_variable_access;
     friend struct mutex_access;
 
     SPINDLE_NOINLINE void lock_slow();
     SPINDLE_NOINLINE void unlock_slow();
     bool lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_token* st);
+    // For condition_variable: release the mutex (held by the caller) and
+    // park on `self.w` in one step. Returns when unparked, or at once if the
+    // unlock handed the mutex to `self` itself (a notify moved it here).
+    void unlock_and_park(detail::wait_node& self);
+    // Under qlock_: take the mutex if free (true), else mark waiters
+    // queued (state 1 -> 2) so the holder's unlock looks at the queue.
+    static bool take_or_mark(std::atomic<std::uint32_t>& state) noexcept;
 
 #if SPINDLE_DEBUG_CHECKS
     void note_owner() noexcept { owner_.store(detail::caller_identity(), std::memory_order_relaxed); }

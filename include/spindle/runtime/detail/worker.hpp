@@ -26,6 +26,8 @@
 //   yield       current = current->next, switch          O(1), no relinking
 //   block       unlink current, switch to the next        O(1)
 // A fiber taken from the deque (or stolen) joins the ring when it runs.
+// Pinned fibers (fiber_options::pinned) that become ready wait in the
+// owner-only pinned list instead of the deque, so no thief can take them.
 // Choosing the next fiber at a block or a yield prefers the deque (most
 // recently readied first: its data is warm); a yield with an empty deque and
 // inject list is the Photon fast path of the CACS paper (Fig. 11).
@@ -105,7 +107,16 @@ struct fiber_ctx {
     // again when this one next suspends. Owner worker only.
     fiber_ctx* resumer = nullptr;
     worker* home = nullptr;      // the worker that last ran it (remote wakes go there)
+    // Link in its worker's pinned list (owner worker only).
+    fiber_ctx* pinned_next = nullptr;
     std::uint64_t id = 0;        // 1, 2, 3, ... per process
+    // Never leaves `home` (fiber_options::pinned): not stolen, not moved by
+    // a CES handoff, woken through its home worker. Set before the fiber is
+    // published, then read-only.
+    bool pinned = false;
+    // Its fiber_local values (runtime/fiber_local.hpp); created on first use,
+    // destroyed as the body returns. Touched only by the fiber itself.
+    struct local_table* locals = nullptr;
 
     // Lifetime: one reference for the running body, one for the `fiber`
     // handle. The last one to drop it returns the stack. acq_rel on the
@@ -137,6 +148,10 @@ struct alignas(arch::cache_line) worker {
     // pushed to its deque or ran an inline resume; cleared by the slow path.
     std::uint32_t yield_check = 0;
     std::uint32_t picks = 0;        // counts deque picks, for fairness to the ring
+    // Ready pinned fibers (FIFO, owner only): they never enter the deque,
+    // where a thief could take them.
+    fiber_ctx* pinned_head = nullptr;
+    fiber_ctx* pinned_tail = nullptr;
     post_action post;               // see "Post-switch actions"
     arch::context loop_ctx;          // the worker thread's own stack
     scheduler_state* sched = nullptr;
@@ -202,6 +217,11 @@ void unpark(waiter* wt) noexcept;                       // wake it (dispatch)
 // spindle::handoff): switches into a parked fiber waiter when the policy and
 // the caller allow it, else unparks.
 void unpark_with(waiter* wt, unsigned policy) noexcept;
+// Wake `wt` with `policy` and park `self` in one step: where a switch is
+// allowed, the caller's worker goes straight to the waiter and the caller
+// parks (a contended unlock by a fiber about to wait, as in a condition
+// variable's wait). Otherwise unpark(wt), then park(self).
+void unpark_and_park(waiter* wt, unsigned policy, waiter* self) noexcept;
 void make_ready(fiber_ctx* f) noexcept;                 // a suspended fiber may run
 void yield_thread() noexcept;                           // this_fiber::yield() off a fiber
 

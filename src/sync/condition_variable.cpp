@@ -1,0 +1,141 @@
+// spindle::condition_variable (include/spindle/sync/condition_variable.hpp).
+//
+// A waiter's node goes through (cv = this condition variable's qlock_,
+// m = the mutex's qlock_):
+//
+//   wait:   [on cv queue] --notify (cv, then m)--> [on mutex queue] --unlock--> granted, unparked
+//                 |                 \--mutex free--> granted now, unparked
+//                 +--timeout/stop (cv)--> [cancelled], unparked; relocks itself
+//
+// `on_cv` (guarded by cv) says whether the node is still on our queue; a
+// timeout or stop request acts only then. Whoever takes the node off the
+// cv queue decides its fate, so exactly one unpark happens.
+#include <spindle/sync/condition_variable.hpp>
+
+#include <spindle/runtime/fiber.hpp>
+
+namespace spindle {
+
+using detail::fatal;
+
+namespace {
+struct cv_node : detail::wait_node {
+    bool on_cv = false;      // guarded by the condition variable's qlock_
+    bool cancelled = false;  // set under it by a timeout or stop; read after unpark
+    mutex* mtx = nullptr;    // the mutex the waiter released
+};
+}  // namespace
+
+struct condition_variable_access {
+    // A timeout or stop request (wait_node::cancel).
+    static void cancel(detail::wait_node* wn) noexcept {
+        auto* n = static_cast<cv_node*>(wn);
+        auto* cv = static_cast<condition_variable*>(n->owner);
+        cv->qlock_.lock();
+        if (!n->on_cv) {  // notified already (or never queued): notification wins
+            cv->qlock_.unlock();
+            return;
+        }
+        cv->queue_.remove(n);
+        n->on_cv = false;
+        n->cancelled = true;
+        cv->qlock_.unlock();
+        detail::unpark(&n->w);
+    }
+};
+
+condition_variable::~condition_variable() {
+#if SPINDLE_DEBUG_CHECKS
+    if (!queue_.empty())
+        fatal("spindle::condition_variable %p destroyed while fibers or threads wait on it",
+              static_cast<void*>(this));
+#endif
+}
+
+bool condition_variable::wait_impl(std::unique_lock<mutex>& lk, std::chrono::steady_clock::time_point deadline,
+                                   std::stop_token* st) {
+    mutex* m = lk.mutex();
+#if SPINDLE_DEBUG_CHECKS
+    if (m == nullptr || !lk.owns_lock())
+        fatal("spindle::condition_variable %p: wait() with a lock that does not own its mutex",
+              static_cast<void*>(this));
+    m->check_owner();
+#endif
+    cv_node n;
+    n.w.fiber = detail::running_fiber();
+    n.cancel = &condition_variable_access::cancel;
+    n.owner = this;
+    n.mtx = m;
+    {
+        detail::wait_guard guard(n, deadline, st);
+        qlock_.lock();
+#if SPINDLE_DEBUG_CHECKS
+        if (!queue_.empty() && waiters_mutex_ != m)
+            fatal("spindle::condition_variable %p: waits with two different mutexes (%p and %p) at once",
+                  static_cast<void*>(this), static_cast<void*>(waiters_mutex_), static_cast<void*>(m));
+        waiters_mutex_ = m;
+#endif
+        if (n.cancel_requested.load(std::memory_order_relaxed)) {
+            // Timed out or stopped before we queued: we still hold m.
+            qlock_.unlock();
+            return false;
+        }
+        queue_.push_back(&n);
+        n.on_cv = true;
+        qlock_.unlock();
+        // From here a notify may move us to m's queue, even before we let go.
+        if (n.w.fiber != nullptr) {
+            m->unlock_and_park(n);
+        } else {
+            // A thread: plain unlock (if a notify queued us first on the
+            // mutex, the unlock unparks us), then wait with the deadline.
+            m->unlock();
+            guard.wait();
+        }
+        // ~guard: the timer and stop callback are done with n after this.
+    }
+    // cancelled was written under qlock_ before the unpark that woke us; a
+    // notified waiter was woken by the mutex handing itself over.
+    if (n.cancelled) {
+        m->lock();  // uncancellable: every wait returns holding the mutex
+        return false;
+    }
+    m->note_owner();
+    return true;
+}
+
+void condition_variable::notify(bool all) noexcept {
+    qlock_.lock();
+    detail::wait_list taken;
+    mutex* m = nullptr;
+    while (detail::wait_node* wn = queue_.pop_front()) {
+        auto* n = static_cast<cv_node*>(wn);
+        n->on_cv = false;  // from now on a timeout or stop leaves it alone
+        taken.push_back(n);
+        // All waiters use one mutex (checked in debug builds). It lives: its
+        // waiters are blocked on it, and only we can wake them now.
+        m = n->mtx;
+        if (!all) break;
+    }
+    qlock_.unlock();
+    if (m == nullptr) return;
+
+    // Morph: each taken waiter becomes a waiter of the mutex, except that
+    // the first one gets the mutex outright if it is free.
+    detail::wait_node* run_now = nullptr;
+    m->qlock_.lock();
+    while (detail::wait_node* n = taken.pop_front()) {
+        // Once one waiter took it, the mutex stays held (that waiter has not
+        // run yet): the others see it held and are queued behind it.
+        if (mutex::take_or_mark(m->state_)) {
+            n->granted = true;
+            run_now = n;
+        } else {
+            m->queue_.push_back(n);
+        }
+    }
+    m->qlock_.unlock();
+    if (run_now != nullptr) detail::unpark_with(&run_now->w, static_cast<unsigned>(m->policy_));
+}
+
+}  // namespace spindle
