@@ -42,7 +42,7 @@ local_table& current_local_table() {
     return *f->locals;
 }
 
-const local_table* current_local_table_if_any() noexcept {
+local_table* current_local_table_if_any() noexcept {
     fiber_ctx* f = running_fiber();
     return f == nullptr ? &tl_locals : f->locals;
 }

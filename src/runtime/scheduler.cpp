@@ -117,6 +117,17 @@ void inject_push(worker* w, fiber_ctx* f) noexcept {
     s->wakes_in_flight.fetch_sub(1, std::memory_order_release);
 }
 
+// `f` is about to run on `w`: `w` becomes its home. A pinned fiber's home
+// never changes (debug builds check every path that runs one).
+SPINDLE_ALWAYS_INLINE void settle(worker* w, fiber_ctx* f) noexcept {
+#if SPINDLE_DEBUG_CHECKS
+    if (f->pinned && f->home != w)
+        fatal("pinned fiber %llu was about to run on worker %u instead of its own worker %u",
+              static_cast<unsigned long long>(f->id), w->index, f->home->index);
+#endif
+    f->home = w;
+}
+
 // A ready pinned fiber joins its worker's pinned list (owner only).
 void pinned_push(worker* w, fiber_ctx* f) noexcept {
     f->pinned_next = nullptr;
@@ -273,6 +284,7 @@ fiber_ctx* take_over(worker* w, fiber_ctx* self) noexcept {
     } else {
         bool ring_first = self->next != self && (++w->picks & 15) == 0;
         if (!ring_first) n = pop_ready(w);
+        else w->yield_check = 1;  // the queues wait: the next yield looks again
         if (n == nullptr) {
             if (self->next != self) {
                 n = self->next;
@@ -287,7 +299,7 @@ fiber_ctx* take_over(worker* w, fiber_ctx* self) noexcept {
             }
         }
     }
-    n->home = w;
+    settle(w, n);
     ring_replace(self, n);
     w->current = n;
     return n;
@@ -345,7 +357,7 @@ void run_worker_thread(worker* w) {
             }
         }
         if (f != nullptr) {
-            f->home = w;
+            settle(w, f);
             f->next = f->prev = f;
             w->current = f;
             arch::switch_to(&w->loop_ctx, &f->ctx);
@@ -404,10 +416,14 @@ void yield_slow(worker* w) noexcept {
         self->resumer = nullptr;
     } else if ((++w->picks & 15) != 0 || self->next == self) {
         n = pop_ready(w);
+    } else {
+        // The ring's turn: what waits in the pinned list or the deque must
+        // be looked at again by the next yield.
+        w->yield_check = 1;
     }
     if (n != nullptr) {
         // Runs next; self stays in the ring and runs after the ring's others.
-        n->home = w;
+        settle(w, n);
         ring_insert_after(self, n);
         w->yield_check = 1;  // the deque may hold more
     } else {
@@ -502,7 +518,7 @@ void unpark_and_park(waiter* wt, unsigned policy, waiter* self_wt) noexcept {
     fiber_ctx* f = wt->fiber;
     wt->state.store(park_notified, std::memory_order_relaxed);
     fiber_ctx* self = w->current;
-    f->home = w;
+    settle(w, f);
     ring_replace(self, f);
     w->current = f;
     w->post = post_action{&finish_park, self_wt};
@@ -520,12 +536,18 @@ void unpark_with(waiter* wt, unsigned policy) noexcept {
     // We dequeued it and it is parked: nobody else will touch it.
     wt->state.store(park_notified, std::memory_order_relaxed);
     fiber_ctx* self = w->current;
-    f->home = w;
+    settle(w, f);
     ring_replace(self, f);
     w->current = f;
     if (policy == 2) {
         // CES (Fig. 6): we go to the executor — stealable once our context is
-        // saved — and the waiter runs here, now.
+        // saved — and the waiter runs here, now. A fiber that an inline
+        // resume suspended for us was to run when we next suspend: that is
+        // now, so it becomes ready here (it must not follow us to a thief).
+        if (fiber_ctx* r = self->resumer) {
+            self->resumer = nullptr;
+            push_local(w, r);
+        }
         w->post = post_action{&push_handed_off, self};
     } else {
         // inline_resume (Fig. 2): we continue when f next suspends.

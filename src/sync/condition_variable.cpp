@@ -107,35 +107,42 @@ bool condition_variable::wait_impl(std::unique_lock<mutex>& lk, std::chrono::ste
 void condition_variable::notify(bool all) noexcept {
     qlock_.lock();
     detail::wait_list taken;
-    mutex* m = nullptr;
     while (detail::wait_node* wn = queue_.pop_front()) {
-        auto* n = static_cast<cv_node*>(wn);
-        n->on_cv = false;  // from now on a timeout or stop leaves it alone
-        taken.push_back(n);
-        // All waiters use one mutex (checked in debug builds). It lives: its
-        // waiters are blocked on it, and only we can wake them now.
-        m = n->mtx;
+        static_cast<cv_node*>(wn)->on_cv = false;  // from now on a timeout or stop leaves it alone
+        taken.push_back(wn);
         if (!all) break;
     }
     qlock_.unlock();
-    if (m == nullptr) return;
+    if (taken.empty()) return;
 
-    // Morph: each taken waiter becomes a waiter of the mutex, except that
-    // the first one gets the mutex outright if it is free.
-    detail::wait_node* run_now = nullptr;
-    m->qlock_.lock();
-    while (detail::wait_node* n = taken.pop_front()) {
+    // Morph: each taken waiter becomes a waiter of its mutex (one mutex for
+    // all of them, unless the caller broke the contract; each node names
+    // its own, so even then nothing is corrupted), except that a waiter
+    // finding its mutex free gets it outright and runs now. The mutexes
+    // live: their waiters are blocked on them, and only we can wake them.
+    detail::wait_list run_now;
+    mutex* held = nullptr;  // whose qlock_ we hold
+    while (detail::wait_node* wn = taken.pop_front()) {
+        mutex* m = static_cast<cv_node*>(wn)->mtx;
+        if (m != held) {
+            if (held != nullptr) held->qlock_.unlock();
+            held = m;
+            m->qlock_.lock();
+        }
         // Once one waiter took it, the mutex stays held (that waiter has not
         // run yet): the others see it held and are queued behind it.
         if (mutex::take_or_mark(m->state_)) {
-            n->granted = true;
-            run_now = n;
+            wn->granted = true;
+            run_now.push_back(wn);
         } else {
-            m->queue_.push_back(n);
+            m->queue_.push_back(wn);
         }
     }
-    m->qlock_.unlock();
-    if (run_now != nullptr) detail::unpark_with(&run_now->w, static_cast<unsigned>(m->policy_));
+    held->qlock_.unlock();
+    while (detail::wait_node* wn = run_now.pop_front()) {
+        mutex* m = static_cast<cv_node*>(wn)->mtx;
+        detail::unpark_with(&wn->w, static_cast<unsigned>(m->policy_));
+    }
 }
 
 }  // namespace spindle

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 #include <thread>
 #include <vector>
@@ -68,17 +69,18 @@ TEST(FiberLocal, DestroyedBeforeJoinReturnsAndResetMakesANewOne) {
 
 TEST(FiberLocal, DestructorMayUseOtherFiberLocalsAndSuspend) {
     scheduler sched({.workers = 2});
-    static fiber_local<int> other;
+    static fiber_local<counted> other;
     static std::atomic<int> seen{0};
     struct uses_other {
         ~uses_other() {
-            spindle::this_fiber::yield();
-            seen.fetch_add(*other + 1);  // may create `other` during teardown
+            spindle::this_fiber::sleep_for(std::chrono::milliseconds(1));  // suspends during teardown
+            seen.fetch_add(other->value + 1);  // creates `other` during teardown
         }
     };
     fiber_local<uses_other> local;
     sched.spawn([&] { (void)*local; }).join();
     EXPECT_EQ(seen.load(), 1);
+    EXPECT_EQ(counted::live.load(), 0);  // the instance made during teardown is gone too
 }
 
 TEST(FiberLocal, PlainThreadsHaveTheirOwn) {

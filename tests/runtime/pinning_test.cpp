@@ -108,6 +108,75 @@ TEST(Pinning, ThreadWakesAPinnedFiberOnItsWorker) {
     EXPECT_EQ(wrong.load(), 0);
 }
 
+// Mixed policies: pinned A inline-resumes B (B->resumer = A); B then does a
+// CES handoff, goes to the executor and may be stolen. A must still run on
+// its own worker when B next suspends or ends.
+TEST(Pinning, InlineResumerOfAFiberThatHandsOffStaysHome) {
+    for (int rep = 0; rep < 3; ++rep) {
+        scheduler sched({.workers = 2});
+        spindle::mutex mi(handoff::inline_resume);
+        spindle::mutex mc(handoff::ces);
+        std::atomic<bool> a_has_mi{false}, b_has_mc{false}, b_waiting{false}, c_waiting{false};
+        std::atomic<int> a_after{-2};
+        fiber a = sched.spawn([&] {
+            mi.lock();
+            a_has_mi = true;
+            while (!b_waiting || !c_waiting) this_fiber::sleep_for(1ms);
+            this_fiber::sleep_for(20ms);   // B is parked on mi, C on mc
+            mi.unlock();                   // inline: B runs here, nested
+            a_after = this_fiber::worker_index();
+        }, {.worker = 0, .pinned = true});
+        fiber b = sched.spawn([&] {
+            while (!a_has_mi) this_fiber::sleep_for(1ms);
+            mc.lock();
+            b_has_mc = true;
+            b_waiting = true;
+            mi.lock();
+            mi.unlock();
+            mc.unlock();  // ces: C runs here; B goes to the executor
+        }, {.worker = 1});
+        fiber c = sched.spawn([&] {
+            while (!b_has_mc) this_fiber::sleep_for(1ms);
+            c_waiting = true;
+            mc.lock();
+            auto t0 = std::chrono::steady_clock::now();
+            while (std::chrono::steady_clock::now() - t0 < 30ms) {}  // keep this worker: B gets stolen
+            mc.unlock();
+        }, {.worker = 1});
+        a.join();
+        b.join();
+        c.join();
+        EXPECT_EQ(a_after.load(), 0) << "repetition " << rep;
+    }
+}
+
+// A ready pinned fiber must get its turn among fibers that only yield
+// (nobody else can run it: no thief may take it).
+TEST(Pinning, ReadyPinnedFiberIsNotStarvedByYielders) {
+    scheduler sched({.workers = 2});
+    std::atomic<bool> b_started{false}, done{false};
+    int starved = 0;
+    fiber b = sched.spawn([&] {
+        b_started = true;
+        while (!done) this_fiber::yield();
+    }, {.worker = 0, .pinned = true});
+    fiber a = sched.spawn([&] {
+        while (!b_started) this_fiber::yield();
+        for (int attempt = 0; attempt < 40; ++attempt) {
+            std::atomic<bool> ran{false};
+            fiber c([&] { ran = true; }, {.pinned = true});  // ready on this worker
+            // A few dozen yields suffice; a starved fiber never runs.
+            for (int spins = 0; !ran && spins < 100000; ++spins) this_fiber::yield();
+            if (!ran) ++starved;
+            c.join();
+        }
+        done = true;
+    }, {.worker = 0, .pinned = true});
+    a.join();
+    b.join();
+    EXPECT_EQ(starved, 0);
+}
+
 TEST(Pinning, BadWorkerIndexThrows) {
     scheduler sched({.workers = 2});
     EXPECT_THROW((void)sched.spawn([] {}, {.worker = 2}), std::invalid_argument);

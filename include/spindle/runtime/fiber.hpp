@@ -62,9 +62,11 @@ namespace spindle {
 struct fiber_options {
     // Usable stack bytes; 0 takes the scheduler's default.
     std::size_t stack_size = 0;
-    // The worker (0 .. workers-1) it starts on; -1: the spawning fiber's
-    // worker when spawned from a fiber of the same scheduler, else the
-    // workers in turn. An index out of range throws std::invalid_argument.
+    // The worker (0 .. workers-1) whose queue it starts in; -1: the
+    // spawning fiber's worker when spawned from a fiber of the same
+    // scheduler, else the workers in turn. Unless pinned, an idle worker
+    // may steal it before it first runs. An index out of range throws
+    // std::invalid_argument.
     int worker = -1;
     // Keep it on the worker it starts on for its whole life: it is never
     // stolen, a CES handoff never moves it (a handoff to it from another

@@ -21,6 +21,11 @@
 //     never be mistaken for another fiber_local's.
 //   - Lookup is a linear scan of the fiber's own small table (no locks, no
 //     atomics): meant for a handful of fiber_locals per fiber.
+//   - Like thread_local, a factory or constructor must not get() the
+//     fiber_local it is initializing (endless recursion), and a destructor
+//     that re-creates its own instance keeps its fiber from ending.
+//   - On a plain thread that outlives many fiber_local objects, their
+//     instances stay in its table until the thread exits.
 #pragma once
 
 #include <cstdint>
@@ -60,7 +65,7 @@ struct local_table {
 std::uint64_t next_local_key() noexcept;
 // The calling fiber's table (made on first use), or the calling thread's.
 local_table& current_local_table();
-const local_table* current_local_table_if_any() noexcept;
+local_table* current_local_table_if_any() noexcept;
 
 }  // namespace detail
 
@@ -90,7 +95,9 @@ public:
         const detail::local_table* t = detail::current_local_table_if_any();
         return t != nullptr && t->find(key_) != nullptr;
     }
-    void reset() noexcept { detail::current_local_table().erase(key_); }
+    void reset() noexcept {
+        if (detail::local_table* t = detail::current_local_table_if_any()) t->erase(key_);
+    }
 
 private:
     std::uint64_t key_;
