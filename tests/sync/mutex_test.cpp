@@ -336,24 +336,33 @@ TEST(MutexCes, ContendedCriticalSectionsStayOnOneWorker) {
 #endif
     for (unsigned workers : {2u, 4u}) {
         locality ces = measure_locality(handoff::ces, workers);
-        locality dispatch = measure_locality(handoff::dispatch, workers);
-        std::printf("%u workers: same-worker fraction of contended handoffs: ces %.3f (%lld), "
-                    "dispatch %.3f (%lld)\n",
-                    workers, ces.handoff_same_worker, ces.handoffs, dispatch.handoff_same_worker,
-                    dispatch.handoffs);
+        std::printf("%u workers: same-worker fraction of contended handoffs: ces %.3f (%lld)\n", workers,
+                    ces.handoff_same_worker, ces.handoffs);
         ASSERT_GT(ces.handoffs, 100) << "too little contention to say anything";
         // CES runs the waiter right where the previous section ran, except
         // when the waiter had not finished suspending yet (then it is
         // dispatched): the bound leaves room for that race.
-        EXPECT_GE(ces.handoff_same_worker, 0.8);  // dispatch: 0.3-0.45 here
-        // Dispatch spreads waiters only if the OS runs its workers side by
-        // side: with 2 workers on a 2-core machine shared with other tests
-        // one worker thread may get no CPU and dispatch looks local too. With
-        // 4 workers the OS interleaves them whatever the load.
-        if (workers == 4) {
+        EXPECT_GE(ces.handoff_same_worker, 0.8);
+    }
+    // Dispatch sends each waiter back to the worker it blocked on, so its
+    // sections spread over the workers (0.25-0.45 here) -- but only while
+    // the OS runs the workers side by side. On a loaded 2-core machine one
+    // worker thread may get the CPU for whole time slices, and dispatch
+    // then looks local too; such a run says nothing about the policy. So:
+    // the first run where dispatch visibly spread (< 0.8) must show ces
+    // above it.
+    constexpr int kAttempts = 5;
+    for (int attempt = 0; attempt < kAttempts; ++attempt) {
+        locality dispatch = measure_locality(handoff::dispatch, 4);
+        locality ces = measure_locality(handoff::ces, 4);
+        std::printf("4 workers, attempt %d: ces %.3f (%lld), dispatch %.3f (%lld)\n", attempt,
+                    ces.handoff_same_worker, ces.handoffs, dispatch.handoff_same_worker, dispatch.handoffs);
+        if (dispatch.handoff_same_worker < 0.8) {
             EXPECT_GT(ces.handoff_same_worker, dispatch.handoff_same_worker);
+            return;
         }
     }
+    std::printf("the machine never let 4 workers interleave: no comparison with dispatch this time\n");
 }
 
 #if SPINDLE_DEBUG_CHECKS

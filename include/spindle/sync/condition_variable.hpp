@@ -137,7 +137,7 @@ private:
     // that a notify hands the mutex back to us: it is off here.)
     bool wait_impl(std::unique_lock<mutex>& lk, std::chrono::steady_clock::time_point deadline,
                    std::stop_token* st) SPINDLE_NO_TSA;
-    void notify(bool all) noexcept;
+    void notify(bool all) noexcept SPINDLE_NO_TSA;  // hand-over-hand over the waiters' mutexes
 
     detail::spinlock qlock_;
     detail::wait_list queue_;  // guarded by qlock_
