@@ -34,6 +34,8 @@
 #include <stdexcept>
 #include <string>
 #include <system_error>
+#include <vector>
+#include <algorithm>
 
 #if SPINDLE_ASAN
 #include <sanitizer/asan_interface.h>
@@ -374,42 +376,96 @@ void drop_cold_pages(const stack_region& s) noexcept {
 enum class pool_state : std::uint8_t { unborn, alive, dead };
 constinit thread_local pool_state t_pool_state = pool_state::unborn;
 
+// Worker threads pool a burst of releases beyond stack_pool_capacity and
+// unmap the surplus when they run out of work (trim_stack_pool). A munmap of
+// a stack costs a TLB shootdown IPI to every other CPU running this process:
+// several microseconds, and it interrupts the other workers too. Done inline
+// for each of thousands of fibers that end (or are joined) in a burst, it
+// leaves the other workers idle at the end of the burst. Set per thread by
+// defer_stack_pool_trim().
+constinit thread_local bool t_pool_deferred = false;
+// Stacks pooled beyond stack_pool_capacity, summed over all threads; at most
+// stack_pool_surplus_max. Relaxed: a bound, not synchronization.
+std::atomic<std::size_t> g_pool_surplus{0};
+
 struct stack_pool {
-    stack_region entries[stack_pool_capacity];  // [0, count) hold pooled stacks, oldest first
-    // (a linear array: 64 entries of 40 bytes shift faster than a munmap)
-    std::size_t count = 0;
+    // [0, size) hold pooled stacks, oldest first. Up to stack_pool_capacity
+    // entries, plus a surplus on threads that trim later (see above).
+    std::vector<stack_region> entries;
 
     stack_pool() noexcept { t_pool_state = pool_state::alive; }
     ~stack_pool() {
         t_pool_state = pool_state::dead;  // releases from later destructors unmap directly
-        for (std::size_t i = 0; i < count; ++i) unmap_stack(entries[i]);
-        count = 0;
+        for (auto& e : entries) unmap_stack(e);
+        set_size(0);
     }
     stack_pool(const stack_pool&) = delete;
     stack_pool& operator=(const stack_pool&) = delete;
 
+    static std::size_t surplus_of(std::size_t n) noexcept {
+        return n > stack_pool_capacity ? n - stack_pool_capacity : 0;
+    }
+    // Shrinks entries to n (n <= size) and keeps g_pool_surplus in step.
+    void set_size(std::size_t n) noexcept {
+        std::size_t before = surplus_of(entries.size()), after = surplus_of(n);
+        entries.resize(n);
+        if (before != after) g_pool_surplus.fetch_sub(before - after, std::memory_order_relaxed);
+    }
+
     // Most recently pooled stack of this mapping size (its top is warmest).
     bool take(std::size_t map_size, stack_region& out) noexcept {
-        for (std::size_t i = count; i-- > 0;) {
+        for (std::size_t i = entries.size(); i-- > 0;) {
             if (entries[i].map_size != map_size) continue;
             out = entries[i];
-            for (std::size_t j = i + 1; j < count; ++j) entries[j - 1] = entries[j];
-            --count;
+            for (std::size_t j = i + 1; j < entries.size(); ++j) entries[j - 1] = entries[j];
+            set_size(entries.size() - 1);
             return true;
         }
         return false;
     }
     // Pools `s`. When the pool is full the oldest (coldest) stack makes room:
-    // it is returned in `evicted` for the caller to unmap.
+    // it is returned in `evicted` for the caller to unmap. A deferring thread
+    // may go past stack_pool_capacity while the process-wide surplus allows.
     bool put(const stack_region& s, stack_region& evicted) noexcept {
-        bool full = count == stack_pool_capacity;
-        if (full) {
-            evicted = entries[0];
-            for (std::size_t j = 1; j < count; ++j) entries[j - 1] = entries[j];
-            --count;
+        std::size_t n = entries.size();
+        bool over = n >= stack_pool_capacity;
+        if (over && t_pool_deferred &&
+            g_pool_surplus.fetch_add(1, std::memory_order_relaxed) < stack_pool_surplus_max) {
+            if (push(s)) return false;
+            g_pool_surplus.fetch_sub(1, std::memory_order_relaxed);
+            evicted = s;
+            return true;
         }
-        entries[count++] = s;
-        return full;
+        if (over && t_pool_deferred) g_pool_surplus.fetch_sub(1, std::memory_order_relaxed);
+        if (over) {
+            evicted = entries[0];
+            for (std::size_t j = 1; j < n; ++j) entries[j - 1] = entries[j];
+            entries[n - 1] = s;
+            return true;
+        }
+        if (push(s)) return false;
+        evicted = s;  // no memory for the entry: unmap it instead
+        return true;
+    }
+    bool push(const stack_region& s) noexcept {
+        try {
+            if (entries.capacity() == 0) entries.reserve(stack_pool_capacity);
+            entries.push_back(s);
+            return true;
+        } catch (...) {
+            return false;
+        }
+    }
+    // Unmaps up to `max` of the oldest stacks beyond stack_pool_capacity.
+    // Returns how many it unmapped.
+    std::size_t trim(std::size_t max) noexcept {
+        std::size_t k = std::min(max, surplus_of(entries.size()));
+        if (k == 0) return 0;
+        for (std::size_t i = 0; i < k; ++i) unmap_stack(entries[i]);
+        std::size_t n = entries.size();
+        for (std::size_t j = k; j < n; ++j) entries[j - k] = entries[j];
+        set_size(n - k);
+        return k;
     }
 };
 thread_local stack_pool t_pool;
@@ -725,6 +781,14 @@ void release_stack(stack_region& s) noexcept {
         if (pool->put(s, evicted)) unmap_stack(evicted);
     }
     s = stack_region{};
+}
+
+void defer_stack_pool_trim() noexcept { t_pool_deferred = true; }
+
+std::size_t trim_stack_pool(std::size_t max_unmaps) noexcept {
+    if (!t_pool_deferred) return 0;
+    stack_pool* pool = this_thread_pool();
+    return pool == nullptr ? 0 : pool->trim(max_unmaps);
 }
 
 void set_stack_owner(const stack_region& s, stack_owner kind, std::uint64_t id) noexcept {

@@ -343,6 +343,7 @@ void run_post_slow(worker* w) noexcept {
 
 void run_worker_thread(worker* w) {
     install_overflow_handler();
+    defer_stack_pool_trim();
     tl_worker = w;
     w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
     for (;;) {
@@ -364,6 +365,9 @@ void run_worker_thread(worker* w) {
             continue;
         }
         if (should_stop(w->sched)) break;
+        // Idle: give back what a burst of fiber ends left in our stack pool,
+        // a batch at a time, looking for work in between.
+        if (trim_stack_pool(stack_pool_trim_batch) != 0) continue;
         park_worker(w);
     }
     tl_worker = nullptr;

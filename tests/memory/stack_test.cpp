@@ -258,6 +258,33 @@ TEST(Stack, PoolKeepsAtMostCapacityAndUnmapsTheOldest) {
     });
 }
 
+// Worker threads defer: a burst of releases beyond the capacity stays
+// pooled (no munmap on the release path) until trim_stack_pool, which
+// unmaps the oldest surplus first and never goes below the capacity.
+TEST(Stack, DeferringThreadPoolsABurstAndTrimsItLater) {
+    on_fresh_thread([] {
+        using spindle::detail::stack_pool_capacity;
+        using spindle::detail::trim_stack_pool;
+        EXPECT_EQ(trim_stack_pool(16), 0u);  // not deferring: nothing to do
+        spindle::detail::defer_stack_pool_trim();
+        constexpr std::size_t surplus = 40;
+        constexpr std::size_t n = stack_pool_capacity + surplus;
+        std::vector<stack_region> held;
+        for (std::size_t i = 0; i < n; ++i) held.push_back(acquire_stack(min_stack_size));
+        std::vector<std::byte*> bases;
+        for (auto& s : held) bases.push_back(s.map_base);
+        for (auto& s : held) release_stack(s);
+        for (std::byte* b : bases) EXPECT_TRUE(is_mapped(b)) << "a deferring thread unmapped on release";
+        EXPECT_EQ(trim_stack_pool(16), 16u);
+        EXPECT_EQ(trim_stack_pool(1000), surplus - 16);
+        EXPECT_EQ(trim_stack_pool(1000), 0u);  // down to the capacity
+#if !SPINDLE_TSAN  // see SKIP_UNMAP_CHECK_UNDER_TSAN
+        for (std::size_t i = 0; i < surplus; ++i) EXPECT_FALSE(is_mapped(bases[i])) << "oldest first";
+#endif
+        for (std::size_t i = surplus; i < n; ++i) EXPECT_TRUE(is_mapped(bases[i]));
+    });
+}
+
 TEST(Stack, ThreadExitUnmapsItsPoolAndCrossThreadRelease) {
     stack_region s = acquire_stack(min_stack_size);  // acquired here...
     std::byte* const base = s.map_base;

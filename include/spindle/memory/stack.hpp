@@ -44,6 +44,12 @@
 //     mapping size, so the top pages are usually still in cache and RAM. A
 //     thread's pool is unmapped when the thread exits; a release that happens
 //     after that (from a later thread_local destructor) unmaps directly.
+//     Worker threads defer unmapping (defer_stack_pool_trim): a munmap of a
+//     used stack is a TLB shootdown IPI to every CPU running the process
+//     (~8 us in a VM, and it stalls the other workers), so a burst of fiber
+//     ends (a joiner releasing thousands of stacks) pools them beyond the
+//     capacity, up to stack_pool_surplus_max process-wide, and the worker
+//     unmaps the surplus, oldest first, when it runs out of work.
 //
 //   * Returning memory. A pooled stack that once went deep would keep its deep
 //     pages forever. On release, a stack whose usable size exceeds
@@ -142,6 +148,13 @@ static_assert(stack_start_jitter <= 4096, "the random gap must fit in the headro
 // KiB stacks are 8 MiB of address space and, thanks to the madvise release,
 // usually a few hundred KiB of RAM.
 inline constexpr std::size_t stack_pool_capacity = 64;
+// Worker threads (defer_stack_pool_trim) may pool more than that during a
+// burst of fiber ends and unmap the surplus when they go idle; this bounds
+// the surplus summed over all threads (each pooled stack is one mapping, so
+// this also bounds what the pools add to vm.max_map_count usage).
+inline constexpr std::size_t stack_pool_surplus_max = 8192;
+// How many surplus stacks an idle worker unmaps before it looks for work again.
+inline constexpr std::size_t stack_pool_trim_batch = 16;
 
 // A pooled stack keeps at most this much (below `top`) resident; deeper pages
 // are returned to the kernel on release when the stack went below it.
@@ -179,6 +192,16 @@ stack_region acquire_stack(std::size_t size);
 // Deep pages are dropped first (see "Returning memory" above). Leaves `s` empty.
 // Releasing an empty region does nothing.
 void release_stack(stack_region& s) noexcept;
+
+// For the calling thread from now on: a release into a full pool keeps the
+// stack (within stack_pool_surplus_max) instead of unmapping the oldest one
+// at once; trim_stack_pool() unmaps that surplus later. Worker threads call
+// it at start and trim when they have nothing to run: unmapping a stack
+// costs a TLB shootdown that also stalls the other workers.
+void defer_stack_pool_trim() noexcept;
+// Unmaps up to `max_unmaps` of the oldest stacks this thread pooled beyond
+// stack_pool_capacity; returns how many. 0 on threads that do not defer.
+std::size_t trim_stack_pool(std::size_t max_unmaps) noexcept;
 
 // Record who runs on this stack, for the overflow message. Two relaxed atomic
 // stores into the registry slot: the handler that reads them runs on the
