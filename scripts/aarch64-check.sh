@@ -15,12 +15,15 @@ for opt in O0 O2 O3; do
   $CXX -std=c++20 -$opt -Wall -Wextra -Werror -static -Iinclude -DSPINDLE_NO_GTEST \
     tests/arch/switch_clobber_test.cpp src/memory/stack.cpp -o $out/switch_clobber_$opt -pthread
 done
-# The rest of the library (scheduler, generator switches) must compile too.
-for src in src/runtime/scheduler.cpp src/runtime/generator.cpp examples/generator_hanoi.cpp; do
-  $CXX -std=c++20 -O2 -Wall -Wextra -Werror -Iinclude -c "$src" -o "$out/$(basename "$src").o"
+# The whole library must compile too, and link into an example.
+lib_sources=$(find src -name '*.cpp' | sort)
+objs=()
+for src in $lib_sources examples/generator_hanoi.cpp; do
+  obj="$out/$(echo "$src" | tr / _).o"
+  $CXX -std=c++20 -O2 -Wall -Wextra -Werror -Iinclude -c "$src" -o "$obj"
+  objs+=("$obj")
 done
-$CXX -std=c++20 -O2 -static -Iinclude examples/generator_hanoi.cpp src/runtime/generator.cpp \
-  src/runtime/scheduler.cpp src/memory/stack.cpp -o $out/generator_hanoi -pthread
+$CXX -static "${objs[@]}" -o $out/generator_hanoi -pthread
 echo "aarch64: switch, library and clobber test compile at -O0/-O2/-O3"
 if command -v qemu-aarch64 >/dev/null; then
   for opt in O0 O2 O3; do qemu-aarch64 $out/switch_clobber_$opt; done
