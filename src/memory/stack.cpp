@@ -292,6 +292,12 @@ stack_region map_stack(std::size_t map_size) {
 
 void unmap_stack(const stack_region& s) noexcept {
     unregister_stack(s.slot);  // before the munmap: see the slot life cycle
+#if SPINDLE_ASAN
+    // Frames of a fiber that died on this stack may still be poisoned in
+    // ASan's shadow. The shadow outlives the mapping: whatever the kernel
+    // maps here next (another thread's stack and TLS) must not inherit it.
+    __asan_unpoison_memory_region(s.map_base + page_size(), s.map_size - page_size());
+#endif
     ::munmap(s.map_base, s.map_size);
 }
 
