@@ -304,7 +304,9 @@ void cqs_base::cancel_cell(cqs_segment* s, cqs_cell_slot& c, cqs_wait* w) noexce
     if (!delegated) return;
     if (mark) {
         // The delegated resume goes on to the next waiter (Listing 6, line 52).
-        if (!resume_raw(v)) hooks_.return_value(hooks_.self, v);  // only sync mode fails here
+        // Dispatch: a cancelled waiter passing a value on does not give up its worker.
+        if (!resume_raw(v, static_cast<unsigned>(handoff::dispatch)))
+            hooks_.return_value(hooks_.self, v);  // only sync mode fails here
     } else {
         hooks_.complete_refused_resume(hooks_.self, v);
     }
@@ -312,7 +314,7 @@ void cqs_base::cancel_cell(cqs_segment* s, cqs_cell_slot& c, cqs_wait* w) noexce
 
 // ---- resume -------------------------------------------------------------------
 
-bool cqs_base::resume_raw(std::uint64_t v) noexcept {
+bool cqs_base::resume_raw(std::uint64_t v, unsigned policy) noexcept {
     for (;;) {
         std::uint64_t e = enter();
         // Read the head before the FAA: it cannot be past our segment yet.
@@ -342,7 +344,7 @@ bool cqs_base::resume_raw(std::uint64_t v) noexcept {
             // (resume_cell held the cell RESUMING only across a CAS and two
             // stores: it must never switch fibers there, or a cancelled
             // waiter's handler spinning on the same worker would hang.)
-            if (wake != nullptr) unpark(&wake->node.w);
+            if (wake != nullptr) unpark_with(&wake->node.w, policy);
             return true;
         case cqs_ops::resume_outcome::failed:
             return false;

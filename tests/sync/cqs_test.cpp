@@ -61,8 +61,9 @@ const char* to_string(kind k) {
 // rendezvous.
 class cqs_mutex {
 public:
-    explicit cqs_mutex(kind k)
+    explicit cqs_mutex(kind k, spindle::handoff policy = spindle::handoff::dispatch)
         : kind_(k),
+          policy_(policy),
           q_(k == kind::simple ? cqs_cancellation::simple : cqs_cancellation::smart,
              k == kind::smart_sync ? cqs_resumption::sync : cqs_resumption::async,
              cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {}
@@ -87,7 +88,7 @@ public:
     void unlock() {
         for (;;) {
             if (state_.fetch_add(1, std::memory_order_acq_rel) >= 0) return;
-            if (q_.resume(unit{})) return;
+            if (q_.resume(unit{}, policy_)) return;
             // simple: the waiter was cancelled; sync: no rendezvous. The
             // increment above balanced its decrement: go again.
         }
@@ -95,6 +96,7 @@ public:
 
     std::atomic<std::int64_t> state_{1};
     kind kind_;
+    spindle::handoff policy_;
     cqs<unit> q_;
 
 private:
@@ -111,25 +113,28 @@ private:
 struct Param {
     unsigned workers;
     kind k;
+    spindle::handoff policy;
 };
 
 std::vector<Param> params() {
     std::vector<Param> v;
     for (unsigned w : {1u, 2u, 4u})
-        for (kind k : {kind::simple, kind::smart, kind::smart_sync}) v.push_back({w, k});
+        for (kind k : {kind::simple, kind::smart, kind::smart_sync})
+            for (auto p : {spindle::handoff::dispatch, spindle::handoff::ces}) v.push_back({w, k, p});
     return v;
 }
 
 std::string param_name(const ::testing::TestParamInfo<Param>& i) {
-    return std::string(to_string(i.param.k)) + "_" + std::to_string(i.param.workers) + "workers";
+    return std::string(to_string(i.param.k)) + "_" + spindle::to_string(i.param.policy) + "_" +
+           std::to_string(i.param.workers) + "workers";
 }
 
 class CqsMutex : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CqsMutex, MutualExclusionWithFibersAndThreads) {
-    const auto [workers, k] = GetParam();
+    const auto [workers, k, policy] = GetParam();
     scheduler sched({.workers = workers, .stack_size = 32 * 1024});
-    cqs_mutex m(k);
+    cqs_mutex m(k, policy);
     long long counter = 0;  // guarded by m; non-atomic on purpose
     int inside = 0;
     std::atomic<int> violations{0};
@@ -165,9 +170,9 @@ TEST_P(CqsMutex, MutualExclusionWithFibersAndThreads) {
 // others lock and unlock: every success is counted inside the critical
 // section, and at the end the mutex is free with nobody queued.
 TEST_P(CqsMutex, CancellationStorm) {
-    const auto [workers, k] = GetParam();
+    const auto [workers, k, policy] = GetParam();
     scheduler sched({.workers = workers, .stack_size = 32 * 1024});
-    cqs_mutex m(k);
+    cqs_mutex m(k, policy);
     long long counter = 0;  // guarded by m
     int inside = 0;
     std::atomic<long long> successes{0}, failures{0};

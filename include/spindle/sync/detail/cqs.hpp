@@ -103,9 +103,8 @@
 //
 // Costs and gaps (a first version): every operation pays two RMWs on the
 // shared epoch counters besides its FAA; the whole algorithm is out of line
-// in src/sync/cqs.cpp (no inline fast path yet); resume wakes with handoff
-// dispatch only (no inline_resume / CES handoff policy yet); unlinking
-// serializes on lock_ (see above). Not for a primitive whose waiters need no
+// in src/sync/cqs.cpp (no inline fast path yet); unlinking serializes on
+// lock_ (see above). Not for a primitive whose waiters need no
 // FIFO and no cancellation: a plain futex word is cheaper.
 //
 // Undefined: destroying the queue while an operation runs or a waiter is
@@ -124,6 +123,7 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/runtime/detail/worker.hpp>
+#include <spindle/sync/handoff.hpp>
 #include <spindle/sync/detail/cqs_cell.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 
@@ -203,7 +203,8 @@ public:
     cqs_base& operator=(const cqs_base&) = delete;
 
     raw_result suspend_raw(std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept;
-    bool resume_raw(std::uint64_t v) noexcept;
+    // policy: a spindle::handoff as its number (how a woken fiber runs).
+    bool resume_raw(std::uint64_t v, unsigned policy) noexcept;
 
     // Frees unlinked segments whose grace period is over (while an
     // operation is inside the queue it can advance the epoch at most once
@@ -313,9 +314,13 @@ public:
         return {r.status, decode(r.value)};
     }
 
-    // Completes the oldest suspend (see the table). Wakes with handoff
-    // dispatch (the woken fiber goes to a run queue).
-    bool resume(T v) noexcept { return base_.resume_raw(encode(v)); }
+    // Completes the oldest suspend (see the table). A parked fiber waiter
+    // is woken with `policy` (sync/handoff.hpp): with ces or inline_resume
+    // the caller, if it is a fiber, switches straight to the waiter. Call it
+    // with no lock held that the waiter might need.
+    bool resume(T v, handoff policy = handoff::dispatch) noexcept {
+        return base_.resume_raw(encode(v), static_cast<unsigned>(policy));
+    }
 
     void reclaim() noexcept { base_.reclaim(); }
     [[nodiscard]] std::size_t live_segments() const noexcept { return base_.live_segments(); }
