@@ -148,6 +148,7 @@ struct alignas(arch::cache_line) worker {
     // pushed to its deque or ran an inline resume; cleared by the slow path.
     std::uint32_t yield_check = 0;
     std::uint32_t picks = 0;        // counts deque picks, for fairness to the ring
+    std::uint32_t deque_picks = 0;  // every 8th takes the deque's oldest (pop_ready)
     // Ready pinned fibers (FIFO, owner only): they never enter the deque,
     // where a thief could take them.
     fiber_ctx* pinned_head = nullptr;
