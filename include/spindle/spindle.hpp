@@ -7,6 +7,9 @@
 #include <spindle/runtime/fiber_local.hpp>
 #include <spindle/runtime/generator.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/barrier.hpp>
 #include <spindle/sync/condition_variable.hpp>
+#include <spindle/sync/counting_semaphore.hpp>
 #include <spindle/sync/handoff.hpp>
+#include <spindle/sync/latch.hpp>
 #include <spindle/sync/mutex.hpp>

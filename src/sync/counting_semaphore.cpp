@@ -1,0 +1,103 @@
+// spindle::counting_semaphore slow paths
+// (include/spindle/sync/counting_semaphore.hpp).
+#include <spindle/sync/counting_semaphore.hpp>
+
+#include <spindle/runtime/fiber.hpp>
+
+namespace spindle::detail {
+
+semaphore_core::semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max)
+    : count_(desired),
+      max_(max),
+      q_(cqs_cancellation::smart, cqs_resumption::sync,
+         cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
+#if SPINDLE_DEBUG_CHECKS
+    if (desired < 0 || desired > max)
+        fatal("spindle::counting_semaphore %p: initial count %td outside [0, max() = %td]",
+              static_cast<void*>(this), desired, max);
+#endif
+}
+
+semaphore_core::~semaphore_core() {
+#if SPINDLE_DEBUG_CHECKS
+    // relaxed: quiescent by contract; a negative word means counted waiters.
+    const std::int64_t c = count_.load(std::memory_order_relaxed);
+    if (c < 0)
+        fatal("spindle::counting_semaphore %p destroyed with %lld waiters", static_cast<void*>(this),
+              static_cast<long long>(-c));
+#endif
+}
+
+void semaphore_core::bad_release(std::ptrdiff_t n, std::int64_t c) noexcept {
+    if (n < 0) fatal("spindle::counting_semaphore %p: release(%td) of a negative count", static_cast<void*>(this), n);
+    fatal("spindle::counting_semaphore %p: release(%td) beyond max() = %lld (free permits were %lld)",
+          static_cast<void*>(this), n, static_cast<long long>(max_), static_cast<long long>(c < 0 ? 0 : c));
+}
+
+bool semaphore_core::acquire_slow(std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept {
+    // Our decrement made c <= 0: we are counted as a waiter.
+    for (;;) {
+        auto r = q_.suspend(deadline, st);
+        switch (r.status) {
+        case cqs_status::resumed:
+            // A release handed its permit to us. Its FAA (release) precedes
+            // its resume in program order; the cqs orders the resume before
+            // our wake-up.
+            return true;
+        case cqs_status::cancelled:
+            // on_cancellation gave our decrement back (and, if a release had
+            // already counted us, left its permit in the word).
+            return false;
+        case cqs_status::broken:
+            break;
+        }
+        // BROKEN: the release meant for us found nobody in our cell in time;
+        // it put the permit back in the word (hand_over). Announce ourselves
+        // again: (count) c -> c - 1, acquire as in acquire().
+        if (count_.fetch_sub(1, std::memory_order_acquire) > 0) return true;
+    }
+}
+
+void semaphore_core::release_slow(std::int64_t c, std::ptrdiff_t n) noexcept {
+    // -c waiters were counted; our +n covers min(n, -c) of them, oldest
+    // first. The rest of n (if any) stayed in the word.
+    const std::int64_t wake = -c < n ? -c : static_cast<std::int64_t>(n);
+    for (std::int64_t i = 0; i < wake; ++i) hand_over();
+}
+
+// Our increment was matched with a counted waiter: give it the permit.
+void semaphore_core::hand_over() noexcept {
+    while (!q_.resume(unit{})) {
+        // Sync resumption, no rendezvous: the cell is BROKEN and its
+        // acquirer will decrement again. Put the permit back in the word,
+        // (count) c -> c + 1, and hand it on if someone is counted as waiting.
+        // release: as in release().
+        if (count_.fetch_add(1, std::memory_order_release) >= 0) return;
+    }
+}
+
+// Smart cancellation (paper Listing 5). The cancelled waiter gives back its
+// decrement, (count) c -> c + 1. c < 0: others are still counted, resumes
+// skip our cell (CANCELLED). c >= 0: a release counted us and its resume is
+// coming to our cell: refuse it (REFUSE); our increment has already put its
+// permit in the word.
+// relaxed: we publish nothing; the RMW keeps count_'s release sequence
+// unbroken for whoever takes the permit from the word.
+bool semaphore_core::on_cancellation(void* self) noexcept {
+    auto* s = static_cast<semaphore_core*>(self);
+    return s->count_.fetch_add(1, std::memory_order_relaxed) < 0;
+}
+
+// The refused resume's permit is in the word already (on_cancellation's
+// increment): nothing to do. Giving it back again would count it twice.
+void semaphore_core::complete_refused_resume(void*, unit) noexcept {}
+
+// Smart + sync: a permit delegated to a cancelled waiter could not be handed
+// to the next one (BROKEN). It is a released permit: release it again.
+void semaphore_core::return_value(void* self, unit) noexcept {
+    auto* s = static_cast<semaphore_core*>(self);
+    // (count): c -> c + 1; release as in release().
+    if (s->count_.fetch_add(1, std::memory_order_release) < 0) s->hand_over();
+}
+
+}  // namespace spindle::detail

@@ -1,0 +1,202 @@
+// spindle::barrier: phases over 1, 2, 4 and 8 workers with fiber and thread
+// parties mixed (the completion function runs once per phase, after every
+// arrival and before anyone is released); split arrive / wait; arrive(n);
+// arrive_and_drop; old tokens; destruction while the completer still
+// resumes; misuse aborts in debug builds.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/barrier.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::fiber;
+using spindle::scheduler;
+namespace this_fiber = spindle::this_fiber;
+
+#if SPINDLE_TSAN || SPINDLE_ASAN
+constexpr int kFiberParties = 60;
+constexpr int kPhases = 30;
+#else
+constexpr int kFiberParties = 200;
+constexpr int kPhases = 100;
+#endif
+
+std::string workers_name(const ::testing::TestParamInfo<unsigned>& i) {
+    return std::to_string(i.param) + "workers";
+}
+
+class BarrierStress : public ::testing::TestWithParam<unsigned> {};
+
+// Each party writes its slot for the phase (plain ints), arrives, and after
+// its wait reads the completion count; the completion function checks that
+// every slot holds this phase (every arrival came before it) and bumps the
+// count (plain int: it runs alone).
+TEST_P(BarrierStress, PhasesAndCompletionFunction) {
+    const unsigned workers = GetParam();
+    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    constexpr int kThreadParties = 2;
+    constexpr int kParties = kFiberParties + kThreadParties;
+    std::vector<int> slots(kParties, -1);
+    int completions = 0;
+    int bad_completions = 0;
+    std::atomic<int> bad{0};
+    auto on_phase = [&]() noexcept {
+        for (int s : slots)
+            if (s != completions) ++bad_completions;
+        ++completions;
+    };
+    spindle::barrier sync(kParties, on_phase);
+    auto party = [&](int i) {
+        for (int p = 0; p < kPhases; ++p) {
+            slots[static_cast<std::size_t>(i)] = p;
+            if ((i + p) % 3 == 0) {
+                auto token = sync.arrive();
+                if ((i + p) % 2 == 0) this_fiber::yield();
+                sync.wait(std::move(token));
+            } else {
+                sync.arrive_and_wait();
+            }
+            if (completions != p + 1) bad.fetch_add(1);  // released only after the completion step
+            if ((i * 7 + p) % 11 == 0) this_fiber::yield();
+        }
+    };
+    std::vector<fiber> fs;
+    for (int i = 0; i < kFiberParties; ++i) fs.push_back(sched.spawn([&party, i] { party(i); }));
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kThreadParties; ++t) ts.emplace_back([&party, t] { party(kFiberParties + t); });
+    for (auto& f : fs) f.join();
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(bad_completions, 0);
+    EXPECT_EQ(completions, kPhases);
+}
+
+// Parties leave one by one with arrive_and_drop; the others go on with
+// fewer parties per phase.
+TEST_P(BarrierStress, PartiesDropOut) {
+    const unsigned workers = GetParam();
+    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    constexpr int kParties = 16;
+    std::atomic<int> completions{0};
+    spindle::barrier sync(kParties, [&]() noexcept { completions.fetch_add(1, std::memory_order_relaxed); });
+    std::atomic<int> bad{0};
+    std::vector<fiber> fs;
+    std::vector<std::thread> ts;
+    auto party = [&](int i) {
+        // Party i takes part in phases 0 .. i, and drops in phase i.
+        for (int p = 0; p < i; ++p) {
+            sync.arrive_and_wait();
+            if (completions.load() < p + 1) bad.fetch_add(1);
+        }
+        sync.arrive_and_drop();
+    };
+    for (int i = 0; i < kParties; ++i) {
+        if (i % 4 == 3) ts.emplace_back([&party, i] { party(i); });
+        else fs.push_back(sched.spawn([&party, i] { party(i); }));
+    }
+    for (auto& f : fs) f.join();
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(completions.load(), kParties);  // phases 0 .. 15, the last with one party
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, BarrierStress, ::testing::Values(1u, 2u, 4u, 8u), workers_name);
+
+TEST(Barrier, ArriveManyAndOldTokens) {
+    static_assert(spindle::barrier<>::max() >= 0x7fffffff);
+    int completions = 0;
+    spindle::barrier sync(4, [&]() noexcept { ++completions; });
+    auto first = sync.arrive(3);  // three of the four arrivals
+    EXPECT_EQ(completions, 0);
+    std::thread t([&] { sync.arrive_and_wait(); });  // the fourth completes the phase
+    sync.wait(std::move(first));
+    t.join();
+    EXPECT_EQ(completions, 1);
+    // The next phase: a token of it, then its completion, then a late wait.
+    auto a = sync.arrive(2);
+    auto b = sync.arrive(2);  // completes phase 1 here, in this thread
+    EXPECT_EQ(completions, 2);
+    sync.wait(std::move(a));  // over: returns at once
+    sync.wait(std::move(b));
+    // A barrier of one: every arrival completes a phase.
+    spindle::barrier<> one(1);
+    for (int i = 0; i < 5; ++i) one.arrive_and_wait();
+}
+
+// A waiter of phase p that is slow to reach the queue while the others go
+// on to p + 1: wake-ups taken by the wrong waiter are passed on.
+TEST(Barrier, SplitArriveWaitAcrossPhasesWithThreads) {
+    constexpr int kParties = 4;
+    std::atomic<int> completions{0};
+    spindle::barrier sync(kParties, [&]() noexcept { completions.fetch_add(1); });
+    std::vector<std::thread> ts;
+    std::atomic<int> bad{0};
+    for (int t = 0; t < kParties; ++t)
+        ts.emplace_back([&, t] {
+            for (int p = 0; p < 200; ++p) {
+                auto token = sync.arrive();
+                if ((t + p) % 3 == 0) std::this_thread::yield();
+                sync.wait(std::move(token));
+                if (completions.load() < p + 1) bad.fetch_add(1);
+            }
+        });
+    for (auto& th : ts) th.join();
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(completions.load(), 200);
+}
+
+// The completing party leaves with arrive_and_drop while the other's wait
+// returns and destroys the barrier (ASan checks the completer is done).
+TEST(Barrier, DestroyedWhileTheCompleterStillResumes) {
+#if SPINDLE_TSAN || SPINDLE_ASAN
+    constexpr int kTimes = 200;
+#else
+    constexpr int kTimes = 2000;
+#endif
+    scheduler sched({.workers = 2});
+    for (int n = 0; n < kTimes; ++n) {
+        auto* b = new spindle::barrier<>(2);
+        fiber w = sched.spawn([b] {
+            b->arrive_and_wait();
+            delete b;
+        });
+        if (n % 2 == 0) std::this_thread::yield();
+        b->arrive_and_drop();  // may be the completer, still resuming while w deletes
+        w.join();
+    }
+}
+
+#if SPINDLE_DEBUG_CHECKS
+TEST(BarrierDeathTest, ArrivingPastTheExpectedCountAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            spindle::barrier<> b(2);
+            (void)b.arrive(3);
+        },
+        "spindle::barrier 0x[0-9a-f]+: arrive\\(3\\) past the 2 arrivals still expected");
+}
+
+TEST(BarrierDeathTest, DestroyingWithWaitersAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            auto* b = new spindle::barrier<>(2);
+            std::thread([b] { b->arrive_and_wait(); }).detach();
+            std::this_thread::sleep_for(20ms);
+            delete b;
+        },
+        "spindle::barrier 0x[0-9a-f]+ destroyed with 1 waiters");
+}
+#endif
+
+}  // namespace

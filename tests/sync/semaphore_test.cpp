@@ -1,0 +1,372 @@
+// spindle::counting_semaphore: permits bound concurrency over 1, 2, 4 and 8
+// workers with fibers and threads mixed; FIFO hand-over; release(n) wakes n;
+// a cancellation storm of timeouts and stop requests that loses no permit
+// and no wake-up; std-like edge cases; misuse aborts in debug builds.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/counting_semaphore.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using spindle::fiber;
+using spindle::scheduler;
+namespace this_fiber = spindle::this_fiber;
+
+#if SPINDLE_TSAN || SPINDLE_ASAN
+constexpr int kStressFibers = 300;  // sanitizers: every fiber costs much more
+#else
+constexpr int kStressFibers = 2000;
+#endif
+
+std::string workers_name(const ::testing::TestParamInfo<unsigned>& i) {
+    return std::to_string(i.param) + "workers";
+}
+
+class SemaphoreStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(SemaphoreStress, PermitsBoundConcurrencyWithFibersAndThreads) {
+    const unsigned workers = GetParam();
+    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    constexpr int kPermits = 3;
+    spindle::counting_semaphore<kPermits> sem(kPermits);
+    std::atomic<int> inside{0}, violations{0};
+    std::atomic<long long> done{0};
+    constexpr int kIters = 20;
+    auto body = [&](int i) {
+        for (int n = 0; n < kIters; ++n) {
+            switch ((i + n) % 3) {
+            case 0: sem.acquire(); break;
+            case 1:
+                // A few tries, then queue: under FIFO a spinner gets a
+                // permit only when nobody is queued.
+                for (int k = 0;; ++k) {
+                    if (sem.try_acquire()) break;
+                    if (k == 8) {
+                        sem.acquire();
+                        break;
+                    }
+                    this_fiber::yield();
+                }
+                break;
+            default:
+                while (!sem.try_acquire_for(200us)) {
+                }
+                break;
+            }
+            if (inside.fetch_add(1) + 1 > kPermits) violations.fetch_add(1);
+            if ((i + n) % 5 == 0) this_fiber::yield();
+            inside.fetch_sub(1);
+            done.fetch_add(1, std::memory_order_relaxed);
+            sem.release();
+        }
+    };
+    std::vector<fiber> fs;
+    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
+    for (auto& f : fs) f.join();
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(violations.load(), 0);
+    EXPECT_EQ(done.load(), static_cast<long long>(kStressFibers + 2) * kIters);
+    EXPECT_EQ(sem.debug_count(), kPermits);
+    for (int k = 0; k < kPermits; ++k) EXPECT_TRUE(sem.try_acquire());
+    EXPECT_FALSE(sem.try_acquire());
+    sem.release(kPermits);
+}
+
+// Thousands of acquires with short timeouts and stop requests while others
+// acquire and release (a hog takes two permits at a time and gives them back
+// with release(2)). Afterwards the permit word is exact, exactly max() can be
+// taken, and a fresh waiter is woken by a fresh release.
+TEST_P(SemaphoreStress, CancellationStormLosesNoPermitAndNoWakeUp) {
+    const unsigned workers = GetParam();
+    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    constexpr int kPermits = 2;
+    spindle::counting_semaphore<kPermits> sem(kPermits);
+    std::atomic<int> inside{0}, violations{0};
+    std::atomic<long long> successes{0}, failures{0};
+    constexpr int kIters = 10;
+    constexpr int kStoppable = 64;
+    std::vector<std::stop_source> sources(kStoppable);
+    std::atomic<bool> finished{false};
+    auto critical = [&](std::minstd_rand& rng, int permits) {
+        successes.fetch_add(1, std::memory_order_relaxed);
+        if (inside.fetch_add(permits) + permits > kPermits) violations.fetch_add(1);
+        if (rng() % 4 == 0) this_fiber::yield();
+        if (rng() % 16 == 0) std::this_thread::sleep_for(20us);
+        inside.fetch_sub(permits);
+    };
+    auto body = [&](int i) {
+        std::minstd_rand rng(static_cast<unsigned>(i) * 7919u + 1u);
+        for (int n = 0; n < kIters; ++n) {
+            bool got;
+            switch ((i + n) % 4) {
+            case 0:
+                sem.acquire();
+                got = true;
+                break;
+            case 1: got = sem.acquire(sources[static_cast<std::size_t>(i) % kStoppable].get_token()); break;
+            case 2: got = sem.try_acquire_for(std::chrono::microseconds(rng() % 300)); break;
+            default:
+                got = sem.try_acquire_until(std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 300));
+                break;
+            }
+            if (!got) {
+                failures.fetch_add(1, std::memory_order_relaxed);
+                continue;
+            }
+            critical(rng, 1);
+            sem.release();
+        }
+    };
+    std::thread stopper([&] {
+        for (int round = 0; round < 8 && !finished.load(); ++round)
+            for (auto& s : sources) {
+                std::this_thread::sleep_for(20us);
+                s.request_stop();
+            }
+    });
+    std::thread hog([&] {
+        std::minstd_rand rng(5);
+        for (int n = 0; n < 40 && !finished.load(); ++n) {
+            sem.acquire();
+            sem.acquire();
+            critical(rng, 2);
+            std::this_thread::sleep_for(300us);
+            sem.release(2);  // may wake two waiters
+            std::this_thread::sleep_for(100us);
+        }
+    });
+    std::vector<fiber> fs;
+    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
+    std::vector<std::thread> ts;
+    for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t + 2); });
+    for (auto& f : fs) f.join();
+    for (auto& t : ts) t.join();
+    finished.store(true);
+    hog.join();
+    stopper.join();
+    EXPECT_EQ(violations.load(), 0);
+    EXPECT_GT(failures.load(), 0);  // the storm did cancel
+    std::printf("    [%u workers: %lld acquired, %lld cancelled]\n", workers, successes.load(), failures.load());
+    // No permit lost or duplicated.
+    EXPECT_EQ(sem.debug_count(), kPermits);
+    for (int k = 0; k < kPermits; ++k) EXPECT_TRUE(sem.try_acquire());
+    EXPECT_FALSE(sem.try_acquire());
+    // No wake-up lost: a fresh waiter gets the next release.
+    std::atomic<bool> got{false};
+    std::thread w([&] {
+        sem.acquire();
+        got.store(true);
+    });
+    fiber fw = sched.spawn([&] { EXPECT_TRUE(sem.acquire(std::stop_token{})); });
+    while (sem.debug_count() != -2) std::this_thread::yield();
+    sem.release(2);
+    w.join();
+    fw.join();
+    EXPECT_TRUE(got.load());
+    EXPECT_EQ(sem.debug_count(), 0);
+    sem.release(kPermits);
+    EXPECT_EQ(sem.debug_count(), kPermits);
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, SemaphoreStress, ::testing::Values(1u, 2u, 4u, 8u), workers_name);
+
+// One worker gives a known arrival order: permits go to waiters in it.
+TEST(Semaphore, FifoHandOverToFibers) {
+    scheduler sched({.workers = 1});
+    spindle::counting_semaphore<> sem(0);
+    std::vector<int> arrived, acquired;  // one worker
+    fiber outer = sched.spawn([&] {
+        std::vector<fiber> fs;
+        for (int i = 0; i < 40; ++i) {
+            fs.push_back(fiber([&, i] {
+                arrived.push_back(i);  // just before queueing: one worker, no preemption
+                sem.acquire();
+                acquired.push_back(i);
+            }));
+        }
+        while (arrived.size() < 40) this_fiber::yield();
+        for (std::size_t k = 1; k <= 40; ++k) {
+            sem.release();
+            while (acquired.size() < k) this_fiber::yield();
+        }
+        for (auto& f : fs) f.join();
+    });
+    outer.join();
+    EXPECT_EQ(acquired, arrived);
+    EXPECT_EQ(sem.debug_count(), 0);
+}
+
+TEST(Semaphore, FifoHandOverToThreads) {
+    spindle::counting_semaphore<> sem(0);
+    std::vector<int> order;
+    std::atomic<int> gate{0};
+    std::vector<std::thread> ts;
+    constexpr int kThreads = 8;
+    for (int t = 0; t < kThreads; ++t) {
+        ts.emplace_back([&, t] {
+            sem.acquire();
+            // Each is released one at a time below: no lock needed.
+            order.push_back(t);
+            gate.fetch_add(1);
+        });
+        while (sem.debug_count() != -(t + 1)) std::this_thread::yield();
+        std::this_thread::sleep_for(2ms);  // it took its cell
+    }
+    for (int k = 1; k <= kThreads; ++k) {
+        sem.release();
+        while (gate.load() < k) std::this_thread::yield();
+    }
+    for (auto& t : ts) t.join();
+    std::vector<int> expected;
+    for (int t = 0; t < kThreads; ++t) expected.push_back(t);
+    EXPECT_EQ(order, expected);
+}
+
+// release(n) wakes exactly n of more queued waiters.
+TEST(Semaphore, ReleaseNWakesN) {
+    for (unsigned workers : {1u, 4u}) {
+        scheduler sched({.workers = workers});
+        spindle::counting_semaphore<> sem(0);
+        std::atomic<int> got{0};
+        std::vector<fiber> fs;
+        for (int i = 0; i < 6; ++i) fs.push_back(sched.spawn([&] {
+            sem.acquire();
+            got.fetch_add(1);
+        }));
+        std::vector<std::thread> ts;
+        for (int i = 0; i < 4; ++i) ts.emplace_back([&] {
+            sem.acquire();
+            got.fetch_add(1);
+        });
+        while (sem.debug_count() != -10) std::this_thread::yield();
+        sem.release(4);
+        while (got.load() < 4) std::this_thread::yield();
+        std::this_thread::sleep_for(5ms);
+        EXPECT_EQ(got.load(), 4);
+        EXPECT_EQ(sem.debug_count(), -6);
+        sem.release(7);  // six waiters, one permit left over
+        for (auto& f : fs) f.join();
+        for (auto& t : ts) t.join();
+        EXPECT_EQ(got.load(), 10);
+        EXPECT_EQ(sem.debug_count(), 1);
+    }
+}
+
+TEST(Semaphore, EdgeCases) {
+    static_assert(spindle::counting_semaphore<5>::max() == 5);
+    static_assert(spindle::binary_semaphore::max() == 1);
+    static_assert(spindle::counting_semaphore<>::max() >= 0x7fffffff);
+    spindle::counting_semaphore<> zero(0);
+    EXPECT_FALSE(zero.try_acquire());
+    EXPECT_FALSE(zero.try_acquire_for(1ms));
+    EXPECT_FALSE(zero.try_acquire_until(std::chrono::steady_clock::now() - 1s));  // past: no queueing
+    EXPECT_FALSE(zero.try_acquire_until(std::chrono::system_clock::now() + 1ms));
+    std::stop_source src;
+    src.request_stop();
+    EXPECT_FALSE(zero.acquire(src.get_token()));
+    EXPECT_EQ(zero.debug_count(), 0);  // cancelled waits gave their decrements back
+    zero.release();
+    EXPECT_TRUE(zero.acquire(src.get_token()));  // a free permit wins over a stop request
+    zero.release(0);
+    EXPECT_EQ(zero.debug_count(), 0);
+
+    spindle::binary_semaphore b(1);
+    EXPECT_TRUE(b.try_acquire());
+    EXPECT_FALSE(b.try_acquire());
+    b.release();
+    b.acquire();
+    std::thread t([&] { b.release(); });  // released by another thread: allowed
+    t.join();
+    EXPECT_TRUE(b.try_acquire_for(1ms));
+    b.release();
+
+    // Threads time out on the futex path and leave the word as it was.
+    spindle::counting_semaphore<2> two(0);
+    std::vector<std::thread> ts;
+    std::atomic<int> timed_out{0};
+    for (int i = 0; i < 4; ++i)
+        ts.emplace_back([&] {
+            if (!two.try_acquire_for(2ms)) timed_out.fetch_add(1);
+        });
+    for (auto& th : ts) th.join();
+    EXPECT_EQ(timed_out.load(), 4);
+    EXPECT_EQ(two.debug_count(), 0);
+    two.release(2);
+    EXPECT_TRUE(two.try_acquire());
+    EXPECT_TRUE(two.try_acquire());
+}
+
+// A stop request for a parked fiber cancels its wait; the permit that comes
+// later goes to the next waiter.
+TEST(Semaphore, StoppedWaiterInTheMiddleIsSkipped) {
+    scheduler sched({.workers = 1});
+    spindle::counting_semaphore<> sem(0);
+    std::vector<int> acquired;
+    std::vector<std::stop_source> src(6);
+    fiber outer = sched.spawn([&] {
+        std::vector<fiber> fs;
+        for (int i = 0; i < 6; ++i) {
+            fs.push_back(fiber([&, i] {
+                if (sem.acquire(src[static_cast<std::size_t>(i)].get_token())) acquired.push_back(i);
+            }));
+            this_fiber::yield();  // it queues
+        }
+        for (int i = 0; i < 6; i += 2) src[static_cast<std::size_t>(i)].request_stop();
+        for (int i = 0; i < 10; ++i) this_fiber::yield();  // the stopped ones leave
+        EXPECT_EQ(sem.debug_count(), -3);
+        for (std::size_t k = 1; k <= 3; ++k) {
+            sem.release();
+            while (acquired.size() < k) this_fiber::yield();
+        }
+        for (auto& f : fs) f.join();
+    });
+    outer.join();
+    EXPECT_EQ(acquired, (std::vector<int>{1, 3, 5}));
+    EXPECT_EQ(sem.debug_count(), 0);
+}
+
+#if SPINDLE_DEBUG_CHECKS
+TEST(SemaphoreDeathTest, ReleaseBeyondMaxAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            spindle::binary_semaphore b(1);
+            b.release();
+        },
+        "spindle::counting_semaphore 0x[0-9a-f]+: release\\(1\\) beyond max\\(\\) = 1");
+    EXPECT_DEATH(
+        {
+            spindle::counting_semaphore<4> s(2);
+            s.release(3);
+        },
+        "release\\(3\\) beyond max\\(\\) = 4");
+}
+
+TEST(SemaphoreDeathTest, DestroyingWithWaitersAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            auto* s = new spindle::counting_semaphore<>(0);
+            std::thread([s] { s->acquire(); }).detach();
+            while (s->debug_count() != -1) std::this_thread::yield();
+            delete s;
+        },
+        "spindle::counting_semaphore 0x[0-9a-f]+ destroyed with 1 waiters");
+}
+#endif
+
+}  // namespace
