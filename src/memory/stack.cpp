@@ -436,7 +436,7 @@ struct stack_pool {
         std::size_t n = entries.size();
         bool over = n >= stack_pool_capacity;
         if (over && t_pool_deferred &&
-            g_pool_surplus.fetch_add(1, std::memory_order_relaxed) < stack_pool_surplus_max) {
+            g_pool_surplus.fetch_add(1, std::memory_order_relaxed) < stack_pool_surplus_max) {  // a bound, orders nothing
             if (push(s)) return false;
             g_pool_surplus.fetch_sub(1, std::memory_order_relaxed);
             evicted = s;

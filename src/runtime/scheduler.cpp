@@ -249,6 +249,8 @@ fiber_ctx* find_work(worker* w) noexcept {
 }
 
 bool any_work_seq_cst(worker* w) noexcept {
+    // seq_cst loads: the re-check half of park_worker's Dekker pair with a
+    // publisher's seq_cst push (inject CAS, deque bottom store).
     if (w->inject_head.load(std::memory_order_seq_cst) != nullptr) return true;
     for (auto& v : w->sched->workers)
         if (!v->deque.empty_seq_cst()) return true;
@@ -507,6 +509,20 @@ bool can_switch_into(worker* w, waiter* wt, unsigned policy) noexcept {
            wt->state.load(std::memory_order_acquire) == park_parked;
 }
 
+// The running fiber of `w` gives its place to the parked waiter `wt`
+// (can_switch_into said yes): `wt` is woken, its fiber becomes current.
+// Returns the fiber that gave way; the caller sets w->post and switches.
+fiber_ctx* give_way_to(worker* w, waiter* wt) noexcept {
+    // We dequeued it and it is parked: nobody else will touch it.
+    wt->state.store(park_notified, std::memory_order_relaxed);
+    fiber_ctx* f = wt->fiber;
+    fiber_ctx* self = w->current;
+    settle(w, f);
+    ring_replace(self, f);
+    w->current = f;
+    return self;
+}
+
 // Wake without switching: dispatch sends a fiber home, anything else is a
 // plain unpark.
 void unpark_no_switch(waiter* wt, unsigned policy) noexcept {
@@ -526,32 +542,22 @@ void unpark_and_park(waiter* wt, unsigned policy, waiter* self_wt) noexcept {
         park(self_wt);
         return;
     }
-    // We dequeued it and it is parked: nobody else will touch it. inline
-    // and ces agree here: we suspend anyway, so the waiter runs now.
+    // inline and ces agree here: we suspend anyway, so the waiter runs now.
     fiber_ctx* f = wt->fiber;
-    wt->state.store(park_notified, std::memory_order_relaxed);
-    fiber_ctx* self = w->current;
-    settle(w, f);
-    ring_replace(self, f);
-    w->current = f;
+    fiber_ctx* self = give_way_to(w, wt);
     w->post = post_action{&finish_park, self_wt};
     arch::switch_to(&self->ctx, &f->ctx);
     run_post(tl_worker);
 }
 
 void unpark_with(waiter* wt, unsigned policy) noexcept {
-    fiber_ctx* f = wt->fiber;
     worker* w = tl_worker;
     if (!can_switch_into(w, wt, policy)) {
         unpark_no_switch(wt, policy);
         return;
     }
-    // We dequeued it and it is parked: nobody else will touch it.
-    wt->state.store(park_notified, std::memory_order_relaxed);
-    fiber_ctx* self = w->current;
-    settle(w, f);
-    ring_replace(self, f);
-    w->current = f;
+    fiber_ctx* f = wt->fiber;  // read first: once woken, wt may be gone
+    fiber_ctx* self = give_way_to(w, wt);
     if (policy == 2) {
         // CES (Fig. 6): we go to the executor — stealable once our context is
         // saved — and the waiter runs here, now. A fiber that an inline
@@ -609,7 +615,7 @@ void submit_new_fiber(scheduler_state* s, fiber_ctx* c, int on_worker) noexcept 
         return;
     }
     unsigned i = on_worker >= 0 ? static_cast<unsigned>(on_worker)
-                                : s->next_worker.fetch_add(1, std::memory_order_relaxed) %
+                                : s->next_worker.fetch_add(1, std::memory_order_relaxed) %  // a placement hint
                                       static_cast<unsigned>(s->workers.size());
     c->home = s->workers[i].get();
     if (w == c->home && w->current != nullptr)
@@ -659,6 +665,7 @@ void fiber::join() {
     if (c == detail::running_fiber())
         fatal("fiber %llu called join() on itself; it would wait forever",
               static_cast<unsigned long long>(c->id));
+    // acquire pairs with the finisher's acq_rel exchange of join_done.
     if (c->join_state.load(std::memory_order_acquire) != detail::join_done) {
         detail::waiter wt;
         wt.fiber = detail::running_fiber();
@@ -727,6 +734,7 @@ scheduler::~scheduler() {
     if (detail::current_scheduler_state() == state_)
         fatal("scheduler destroyed from its own fiber %llu; it would wait for itself forever",
               static_cast<unsigned long long>(detail::running_fiber()->id));
+    // seq_cst pairs with should_stop()'s loads and finish_fiber's decrement.
     state_->stopping.store(true, std::memory_order_seq_cst);
     detail::wake_all_workers(state_);
     for (auto& t : state_->threads) t.join();

@@ -75,6 +75,7 @@ bool condition_variable::wait_impl(std::unique_lock<mutex>& lk, std::chrono::ste
                   static_cast<void*>(this), static_cast<void*>(waiters_mutex_), static_cast<void*>(m));
         waiters_mutex_ = m;
 #endif
+        // relaxed: qlock_, which cancel takes too, orders it with the store in request_cancel.
         if (n.cancel_requested.load(std::memory_order_relaxed)) {
             // Timed out or stopped before we queued: we still hold m.
             qlock_.unlock();

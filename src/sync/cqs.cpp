@@ -133,21 +133,26 @@ bool cqs_base::try_inc_pointers(cqs_segment* s) noexcept {
     return true;
 }
 
-void cqs_base::dec_pointers(cqs_segment* s) noexcept {
-    // acq_rel: whoever makes the word removable sees the other parties' cell
-    // writes before the segment is unlinked.
-    // seq_cst (the RMW and the load of next): the Dekker pair with an
-    // appender's seq_cst CAS of next and load of this word (find_segment).
-    // With weaker orders both could read the old value, and an all-dead
-    // segment would stay linked for good.
-    std::uint32_t v = s->dead_and_pointers.fetch_sub(cqs_segment::pointer_unit, std::memory_order_seq_cst) -
-                      cqs_segment::pointer_unit;
+// `v`: the segment's word right after our seq_cst RMW of it. All cells dead,
+// no head on it, and not the tail: unlink it. seq_cst load of next: the
+// second half of the Dekker pair described in dec_pointers.
+void cqs_base::remove_if_dead(cqs_segment* s, std::uint32_t v) noexcept {
     if (v == removable_word && s->next.load(std::memory_order_seq_cst) != nullptr) try_remove(s);
 }
 
+void cqs_base::dec_pointers(cqs_segment* s) noexcept {
+    // seq_cst: whoever makes the word removable sees the other parties' cell
+    // writes before the segment is unlinked; and (the RMW, then the load of
+    // next in remove_if_dead) it is the Dekker pair with an
+    // appender's seq_cst CAS of next and load of this word (find_segment).
+    // With weaker orders both could read the old value, and an all-dead
+    // segment would stay linked for good.
+    remove_if_dead(s, s->dead_and_pointers.fetch_sub(cqs_segment::pointer_unit, std::memory_order_seq_cst) -
+                          cqs_segment::pointer_unit);
+}
+
 void cqs_base::cell_dead(cqs_segment* s) noexcept {
-    std::uint32_t v = s->dead_and_pointers.fetch_add(1, std::memory_order_seq_cst) + 1;  // seq_cst: as dec_pointers
-    if (v == removable_word && s->next.load(std::memory_order_seq_cst) != nullptr) try_remove(s);
+    remove_if_dead(s, s->dead_and_pointers.fetch_add(1, std::memory_order_seq_cst) + 1);  // seq_cst: as dec_pointers
 }
 
 // Unlinks `s` if it is still removable. Callers are inside an epoch, so `s`

@@ -29,7 +29,7 @@ struct mutex_access {
 
 mutex::~mutex() {
 #if SPINDLE_DEBUG_CHECKS
-    std::uint32_t s = state_.load(std::memory_order_relaxed);
+    std::uint32_t s = state_.load(std::memory_order_relaxed);  // a misuse check, not synchronization
     if (s != 0)
         fatal("spindle::mutex %p destroyed while %s", static_cast<void*>(this),
               s == 1 ? "held" : "held and waited on");
@@ -81,6 +81,7 @@ bool mutex::lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_
         qlock_.unlock();
         return true;
     }
+    // relaxed: qlock_, which cancel takes too, orders it with the store in request_cancel.
     if (n.cancel_requested.load(std::memory_order_relaxed)) {
         // Timed out or stopped before we queued. We may have set 2 with
         // nobody queued: put it back.
@@ -95,20 +96,26 @@ bool mutex::lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_
     return n.granted;
 }
 
-void mutex::unlock_slow() {
+// The contended half of an unlock: hand the mutex to the oldest waiter
+// (returned, granted, its wake-up left to the caller), or free it if the
+// last waiter cancelled between the caller's failed CAS and here (null).
+detail::wait_node* mutex::hand_over() noexcept {
     qlock_.lock();
     detail::wait_node* n = queue_.pop_front();
     if (n == nullptr) {
-        // The last waiter cancelled between our failed CAS and here.
         state_.store(0, std::memory_order_release);  // pairs with the next locker's acquire
         qlock_.unlock();
-        return;
+        return nullptr;
     }
     // Direct handoff: the mutex stays held, now by n. Nobody can overtake it.
     if (queue_.empty()) state_.store(1, std::memory_order_relaxed);
     n->granted = true;
     qlock_.unlock();  // release: our critical section happens-before n's
-    detail::unpark_with(&n->w, static_cast<unsigned>(policy_));
+    return n;
+}
+
+void mutex::unlock_slow() {
+    if (detail::wait_node* n = hand_over()) detail::unpark_with(&n->w, static_cast<unsigned>(policy_));
 }
 
 void mutex::unlock_and_park(detail::wait_node& self) {
@@ -118,17 +125,11 @@ void mutex::unlock_and_park(detail::wait_node& self) {
         detail::park(&self.w);
         return;
     }
-    qlock_.lock();
-    detail::wait_node* n = queue_.pop_front();
+    detail::wait_node* n = hand_over();
     if (n == nullptr) {
-        state_.store(0, std::memory_order_release);  // pairs with the next locker's acquire
-        qlock_.unlock();
         detail::park(&self.w);
         return;
     }
-    if (queue_.empty()) state_.store(1, std::memory_order_relaxed);
-    n->granted = true;
-    qlock_.unlock();  // release: our critical section happens-before n's
     if (n == &self) return;  // a notify queued us here, and we were first: ours again
     detail::unpark_and_park(&n->w, static_cast<unsigned>(policy_), &self.w);
 }

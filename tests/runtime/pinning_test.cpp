@@ -18,6 +18,8 @@
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/mutex.hpp>
 
+#include "../support/params.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -82,11 +84,8 @@ TEST_P(Pinning, PinnedFibersStayOnTheirWorker) {
     std::printf("unpinned fibers that migrated: %d of 32\n", migrations_of_unpinned.load());
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, Pinning,
-                         ::testing::Values(handoff::inline_resume, handoff::dispatch, handoff::ces),
-                         [](const ::testing::TestParamInfo<handoff>& i) {
-                             return std::string(spindle::to_string(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Policies, Pinning, ::testing::ValuesIn(spindle::test::all_policies),
+                         spindle::test::policy_name);
 
 TEST(Pinning, ThreadWakesAPinnedFiberOnItsWorker) {
     scheduler sched({.workers = 2});

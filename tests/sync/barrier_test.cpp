@@ -15,6 +15,8 @@
 #include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/barrier.hpp>
 
+#include "../support/params.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -30,9 +32,7 @@ constexpr int kFiberParties = 200;
 constexpr int kPhases = 100;
 #endif
 
-std::string workers_name(const ::testing::TestParamInfo<unsigned>& i) {
-    return std::to_string(i.param) + "workers";
-}
+using spindle::test::workers_name;
 
 class BarrierStress : public ::testing::TestWithParam<unsigned> {};
 
@@ -109,7 +109,7 @@ TEST_P(BarrierStress, PartiesDropOut) {
     EXPECT_EQ(completions.load(), kParties);  // phases 0 .. 15, the last with one party
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, BarrierStress, ::testing::Values(1u, 2u, 4u, 8u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Workers, BarrierStress, ::testing::ValuesIn(spindle::test::stress_workers), workers_name);
 
 TEST(Barrier, ArriveManyAndOldTokens) {
     static_assert(spindle::barrier<>::max() >= 0x7fffffff);

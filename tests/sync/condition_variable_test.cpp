@@ -24,6 +24,8 @@
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/mutex.hpp>
 
+#include "../support/params.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -39,10 +41,7 @@ constexpr int kItemsPerProducer = 300;
 constexpr int kItemsPerProducer = 3000;
 #endif
 
-struct StressParam {
-    unsigned workers;
-    handoff policy;
-};
+using StressParam = spindle::test::workers_and_policy;
 
 class CondVarStress : public ::testing::TestWithParam<StressParam> {};
 
@@ -110,18 +109,9 @@ TEST_P(CondVarStress, BoundedQueueLosesNothing) {
     EXPECT_TRUE(q.empty());
 }
 
-std::vector<StressParam> stress_params() {
-    std::vector<StressParam> v;
-    for (unsigned w : {1u, 2u, 4u, 8u})
-        for (handoff p : {handoff::inline_resume, handoff::dispatch, handoff::ces}) v.push_back({w, p});
-    return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, CondVarStress, ::testing::ValuesIn(stress_params()),
-                         [](const ::testing::TestParamInfo<StressParam>& i) {
-                             return std::string(spindle::to_string(i.param.policy)) + "_" +
-                                    std::to_string(i.param.workers) + "workers";
-                         });
+INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, CondVarStress,
+                         ::testing::ValuesIn(spindle::test::workers_and_policies()),
+                         spindle::test::workers_and_policy_name);
 
 class CondVarPolicy : public ::testing::TestWithParam<handoff> {};
 
@@ -315,11 +305,8 @@ TEST_P(CondVarPolicy, StopTokenEndsAWait) {
     f.join();
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, CondVarPolicy,
-                         ::testing::Values(handoff::inline_resume, handoff::dispatch, handoff::ces),
-                         [](const ::testing::TestParamInfo<handoff>& i) {
-                             return std::string(spindle::to_string(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Policies, CondVarPolicy, ::testing::ValuesIn(spindle::test::all_policies),
+                         spindle::test::policy_name);
 
 #if SPINDLE_DEBUG_CHECKS
 using CondVarDeathTest = ::testing::Test;

@@ -18,6 +18,8 @@
 #include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/latch.hpp>
 
+#include "../support/params.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -31,9 +33,7 @@ constexpr int kStressFibers = 300;
 constexpr int kStressFibers = 2000;
 #endif
 
-std::string workers_name(const ::testing::TestParamInfo<unsigned>& i) {
-    return std::to_string(i.param) + "workers";
-}
+using spindle::test::workers_name;
 
 class LatchStress : public ::testing::TestWithParam<unsigned> {};
 
@@ -168,7 +168,7 @@ TEST_P(LatchStress, CancellationStormLosesNoWakeUp) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, LatchStress, ::testing::Values(1u, 2u, 4u, 8u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Workers, LatchStress, ::testing::ValuesIn(spindle::test::stress_workers), workers_name);
 
 // Cancelled waits before the opening take themselves off the count; the
 // opening resumes only the live ones, and those all get through.

@@ -25,6 +25,8 @@
 #include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/mutex.hpp>
 
+#include "../support/params.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -39,12 +41,8 @@ constexpr int kStressFibers = 1000;  // sanitizers: every fiber costs much more
 constexpr int kStressFibers = 5000;
 #endif
 
-constexpr handoff kPolicies[] = {handoff::inline_resume, handoff::dispatch, handoff::ces};
-
-struct StressParam {
-    unsigned workers;
-    handoff policy;
-};
+using spindle::test::all_policies;
+using StressParam = spindle::test::workers_and_policy;
 
 class MutexStress : public ::testing::TestWithParam<StressParam> {};
 
@@ -82,18 +80,9 @@ TEST_P(MutexStress, MutualExclusionWithFibersAndThreads) {
     m.unlock();
 }
 
-std::vector<StressParam> stress_params() {
-    std::vector<StressParam> v;
-    for (unsigned w : {1u, 2u, 4u, 8u})
-        for (handoff p : kPolicies) v.push_back({w, p});
-    return v;
-}
-
-INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, MutexStress, ::testing::ValuesIn(stress_params()),
-                         [](const ::testing::TestParamInfo<StressParam>& i) {
-                             return std::string(spindle::to_string(i.param.policy)) + "_" +
-                                    std::to_string(i.param.workers) + "workers";
-                         });
+INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, MutexStress,
+                         ::testing::ValuesIn(spindle::test::workers_and_policies()),
+                         spindle::test::workers_and_policy_name);
 
 class MutexPolicy : public ::testing::TestWithParam<handoff> {};
 
@@ -270,10 +259,7 @@ TEST_P(MutexPolicy, ThreadsTimeOutAndStopToo) {
     EXPECT_TRUE(got);
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, MutexPolicy, ::testing::ValuesIn(kPolicies),
-                         [](const ::testing::TestParamInfo<handoff>& i) {
-                             return std::string(spindle::to_string(i.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(Policies, MutexPolicy, ::testing::ValuesIn(all_policies), spindle::test::policy_name);
 
 // The CES paper's validation (§5.4): with CES the critical sections of a
 // contended resource run on one worker. Measured per resource: of the

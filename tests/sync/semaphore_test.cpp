@@ -17,6 +17,8 @@
 #include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/counting_semaphore.hpp>
 
+#include "../support/params.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -30,9 +32,7 @@ constexpr int kStressFibers = 300;  // sanitizers: every fiber costs much more
 constexpr int kStressFibers = 2000;
 #endif
 
-std::string workers_name(const ::testing::TestParamInfo<unsigned>& i) {
-    return std::to_string(i.param) + "workers";
-}
+using spindle::test::workers_name;
 
 class SemaphoreStress : public ::testing::TestWithParam<unsigned> {};
 
@@ -182,7 +182,7 @@ TEST_P(SemaphoreStress, CancellationStormLosesNoPermitAndNoWakeUp) {
     EXPECT_EQ(sem.debug_count(), kPermits);
 }
 
-INSTANTIATE_TEST_SUITE_P(Workers, SemaphoreStress, ::testing::Values(1u, 2u, 4u, 8u), workers_name);
+INSTANTIATE_TEST_SUITE_P(Workers, SemaphoreStress, ::testing::ValuesIn(spindle::test::stress_workers), workers_name);
 
 // One worker gives a known arrival order: permits go to waiters in it.
 TEST(Semaphore, FifoHandOverToFibers) {

@@ -67,6 +67,7 @@ public:
 
     [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
         std::uint32_t expected = 0;
+        // acquire: as in lock().
         if (state_.compare_exchange_strong(expected, 1, std::memory_order_acquire,
                                            std::memory_order_relaxed)) {
             note_owner();
@@ -115,6 +116,7 @@ private:
 
     SPINDLE_NOINLINE void lock_slow();
     SPINDLE_NOINLINE void unlock_slow();
+    detail::wait_node* hand_over() noexcept;  // takes qlock_: the next owner (granted), or null (freed)
     bool lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_token* st);
     // For condition_variable: release the mutex (held by the caller) and
     // park on `self.w` in one step. Returns when unparked, or at once if the

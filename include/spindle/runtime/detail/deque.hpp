@@ -46,7 +46,7 @@ public:
         std::size_t cap = 1;
         while (cap < initial_capacity) cap <<= 1;
         buffers_.push_back(std::make_unique<buffer>(cap));
-        buf_.store(buffers_.back().get(), std::memory_order_relaxed);
+        buf_.store(buffers_.back().get(), std::memory_order_relaxed);  // published with the deque itself
     }
     ws_deque(const ws_deque&) = delete;
     ws_deque& operator=(const ws_deque&) = delete;
@@ -111,6 +111,8 @@ public:
     [[nodiscard]] bool maybe_nonempty() const noexcept {
         return bottom_.load(std::memory_order_relaxed) > top_.load(std::memory_order_relaxed);
     }
+    // seq_cst: the re-check of a parking worker (scheduler.cpp, park_worker),
+    // paired with push()'s seq_cst store of bottom.
     [[nodiscard]] bool empty_seq_cst() const noexcept {
         return bottom_.load(std::memory_order_seq_cst) <= top_.load(std::memory_order_seq_cst);
     }
@@ -118,6 +120,7 @@ public:
 private:
     SPINDLE_NOINLINE buffer* grow(buffer* a, std::int64_t t, std::int64_t b) {
         auto nb = std::make_unique<buffer>((a->mask + 1) * 2);
+        // relaxed copies: the new buffer is published by the release store of buf_ below.
         for (std::int64_t i = t; i < b; ++i) nb->at(i).store(a->at(i).load(std::memory_order_relaxed),
                                                             std::memory_order_relaxed);
         buffer* n = nb.get();

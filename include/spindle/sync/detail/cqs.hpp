@@ -229,6 +229,7 @@ private:
     static bool try_inc_pointers(cqs_segment* s) noexcept;
     void dec_pointers(cqs_segment* s) noexcept;
     void cell_dead(cqs_segment* s) noexcept;
+    void remove_if_dead(cqs_segment* s, std::uint32_t v) noexcept;
     SPINDLE_COLD void try_remove(cqs_segment* s) noexcept;
     cqs_segment* advance_locked() noexcept SPINDLE_REQUIRES(lock_);
     void free_list(cqs_segment* list) noexcept;
