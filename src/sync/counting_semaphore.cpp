@@ -6,9 +6,10 @@
 
 namespace spindle::detail {
 
-semaphore_core::semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max)
+semaphore_core::semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max, handoff policy)
     : count_(desired),
       max_(max),
+      policy_(policy),
       q_(cqs_cancellation::smart, cqs_resumption::sync,
          cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
 #if SPINDLE_DEBUG_CHECKS
@@ -62,12 +63,15 @@ void semaphore_core::release_slow(std::int64_t c, std::ptrdiff_t n) noexcept {
     // -c waiters were counted; our +n covers min(n, -c) of them, oldest
     // first. The rest of n (if any) stayed in the word.
     const std::int64_t wake = -c < n ? -c : static_cast<std::int64_t>(n);
-    for (std::int64_t i = 0; i < wake; ++i) hand_over();
+    // The last with our policy: under ces we may switch away here, and the
+    // others should not wait for us to come back.
+    for (std::int64_t i = 1; i < wake; ++i) hand_over(handoff::dispatch);
+    hand_over(policy_);
 }
 
 // Our increment was matched with a counted waiter: give it the permit.
-void semaphore_core::hand_over() noexcept {
-    while (!q_.resume(unit{})) {
+void semaphore_core::hand_over(handoff policy) noexcept {
+    while (!q_.resume(unit{}, policy)) {
         // Sync resumption, no rendezvous: the cell is BROKEN and its
         // acquirer will decrement again. Put the permit back in the word,
         // (count) c -> c + 1, and hand it on if someone is counted as waiting.
@@ -97,7 +101,8 @@ void semaphore_core::complete_refused_resume(void*, unit) noexcept {}
 void semaphore_core::return_value(void* self, unit) noexcept {
     auto* s = static_cast<semaphore_core*>(self);
     // (count): c -> c + 1; release as in release().
-    if (s->count_.fetch_add(1, std::memory_order_release) < 0) s->hand_over();
+    // Dispatch: this may run in a timer or stop callback.
+    if (s->count_.fetch_add(1, std::memory_order_release) < 0) s->hand_over(handoff::dispatch);
 }
 
 }  // namespace spindle::detail

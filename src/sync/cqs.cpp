@@ -242,11 +242,24 @@ cqs_segment* cqs_base::find_and_move(std::atomic<cqs_segment*>& head, cqs_segmen
 
 // ---- suspend ------------------------------------------------------------------
 
-// wait_node::cancel for a timer or stop request: claim the waiter, unpark it.
-// The waiter runs the cell's cancellation handler itself once it wakes.
+// wait_node::cancel for a timer or stop request: claim the waiter. If its
+// record is in its cell, run the cancellation handler here and now, then
+// unpark it; if not yet, unpark it and it runs the handler itself.
 void cqs_base::cancel_request(wait_node* n) noexcept {
     auto* w = static_cast<cqs_wait*>(n->owner);
-    if (cqs_ops::claim_for_cancel(w)) unpark(&n->w);
+    switch (cqs_ops::claim_for_cancel(w)) {
+    case cqs_ops::cancel_claim::lost:
+        return;
+    case cqs_ops::cancel_claim::early:
+        break;
+    case cqs_ops::cancel_claim::late:
+        // The waiter is parked (or about to park) and cannot return before
+        // our unpark, so the queue and its record are alive; so is the cell
+        // (not dead until the handler marks it), hence its segment.
+        w->q->cancel_cell(w->seg, *w->cell, w);
+        break;
+    }
+    unpark(&n->w);  // last touch of the record: the waiter may return now
 }
 
 cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point deadline,
@@ -277,14 +290,21 @@ cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point
     cell_env env{this, s};
     std::uint64_t v = 0;
     switch (cqs_ops::suspend_cell(c, &w, resumption_ == cqs_resumption::sync, env, v)) {
-    case cqs_ops::suspend_outcome::placed:
+    case cqs_ops::suspend_outcome::placed: {
         exit(e);
+        w.q = this;
+        w.seg = s;
+        w.cell = &c;
+        (void)cqs_ops::announce_placed(&w);
         guard.wait();
         // acquire pairs with the winner's claim CAS; w.value is ordered by
         // the unpark that woke us.
-        if (w.claim.load(std::memory_order_acquire) == cqs_claim::resumed) return {cqs_status::resumed, w.value};
-        cancel_cell(s, c, &w);
+        const std::uint32_t claim = w.claim.load(std::memory_order_acquire);
+        if (claim == cqs_claim::resumed) return {cqs_status::resumed, w.value};
+        // cancelled: our canceller ran the handler before it unparked us.
+        if (claim == cqs_claim::cancelled_early) cancel_cell(s, c, &w);
         return {cqs_status::cancelled, 0};
+    }
     case cqs_ops::suspend_outcome::took:
         exit(e);
         return {cqs_status::resumed, v};
@@ -295,9 +315,10 @@ cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point
     return {cqs_status::broken, 0};
 }
 
-// The cancellation handler (paper Listing 6, right), run by the cancelled
-// waiter after it woke. The cell holds our node, or VALUE if a resumer
-// delegated its value to us, or RESUMING for a moment.
+// The cancellation handler (paper Listing 6, right), run by the canceller
+// before it unparks the waiter, or by the waiter (cancelled_early). The
+// cell holds the waiter's record, or VALUE if a resumer delegated its value
+// to it, or RESUMING for a moment.
 void cqs_base::cancel_cell(cqs_segment* s, cqs_cell_slot& c, cqs_wait* w) noexcept {
     bool mark = true;  // simple mode: always CANCELLED
     if (cancellation_ == cqs_cancellation::smart) mark = hooks_.on_cancellation(hooks_.self);

@@ -4,10 +4,12 @@
 //
 // Each run starts up to three model threads on one cell:
 //   S  suspend: take the cell (or the value left there, or find it BROKEN);
-//      if it waits, park until unparked, then read the claim; if cancelled,
+//      if it waits, announce its cell in the claim word, park until
+//      unparked, then read the claim; if cancelled before it announced,
 //      run the cancellation handler (CANCELLED or REFUSE, as `mark` says).
 //   R  resume(42) on the same cell.
-//   C  a timeout or stop request for S's wait: claim it, unpark S.
+//   C  a timeout or stop request for S's wait: claim it; if S had announced
+//      its cell, run the handler for it; then unpark S.
 // and explores the interleavings of their atomic accesses by depth-first
 // search over the scheduler's choices (replaying the prefix each run),
 // bounded by the number of preemptions: at most 5 in optimized builds (about
@@ -321,28 +323,37 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
         enum class s_end { none, got, cancelled, broken } s_res = s_end::none;
         std::uint64_t s_val = 0;
         bool placed = false;
-        int redelivered = 0, refused_completed = 0, bad_value = 0, late_unpark = 0;
+        int redelivered = 0, refused_completed = 0, bad_value = 0, late_unpark = 0, bad_claim = 0;
         resume_outcome r_res{};
         int tid_c = -1;
+        // The cancellation handler, run by S or by C: the cell step, then
+        // pass on a delegated value (counted here).
+        auto handler = [&] {
+            std::uint64_t dv = 0;
+            if (sd::cqs_ops::cancel_cell(cell, &w, mark, env, dv)) {
+                if (dv != 42) ++bad_value;
+                if (mark) ++redelivered; else ++refused_completed;
+            }
+        };
         std::vector<std::function<void()>> bodies;
         bodies.push_back([&] {  // S
             std::uint64_t v = 0;
             switch (sd::cqs_ops::suspend_cell(cell, &w, sc.sync, env, v)) {
-            case suspend_outcome::placed:
+            case suspend_outcome::placed: {
                 placed = true;
+                (void)sd::cqs_ops::announce_placed(&w);
                 tl_sched->park(&w.unparked);
-                if (w.claim.load() == sd::cqs_claim::resumed) {
+                const std::uint32_t claim = w.claim.load();
+                if (claim == sd::cqs_claim::resumed) {
                     s_res = s_end::got;
                     s_val = w.value.v_;
                 } else {
-                    std::uint64_t dv = 0;
-                    if (sd::cqs_ops::cancel_cell(cell, &w, mark, env, dv)) {
-                        if (dv != 42) ++bad_value;
-                        if (mark) ++redelivered; else ++refused_completed;
-                    }
+                    if (claim == sd::cqs_claim::cancelled_early) handler();
+                    else if (claim != sd::cqs_claim::cancelled) ++bad_claim;
                     s_res = s_end::cancelled;
                 }
                 break;
+            }
             case suspend_outcome::took:
                 s_res = s_end::got;
                 s_val = v;
@@ -368,7 +379,9 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
         if (sc.with_cancel) {
             tid_c = static_cast<int>(bodies.size());
             bodies.push_back([&] {  // C
-                if (sd::cqs_ops::claim_for_cancel(&w)) {
+                const auto how = sd::cqs_ops::claim_for_cancel(&w);
+                if (how != sd::cqs_ops::cancel_claim::lost) {
+                    if (how == sd::cqs_ops::cancel_claim::late) handler();
                     if (w.gone) ++late_unpark;
                     ++w.unparks;
                     tl_sched->unpark(&w.unparked, 0);
@@ -384,6 +397,7 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
         if (ex.diverged()) return fail("the replay diverged");
         if (g_use_after_return.load() != 0 || late_unpark != 0) return fail("waiter record used after its suspend returned");
         if (bad_value != 0 || (s_res == s_end::got && s_val != 42)) return fail("wrong value");
+        if (bad_claim != 0) return fail("a woken waiter found an impossible claim");
         if (placed && w.unparks != 1) return fail("a parked waiter was not unparked exactly once");
         const std::uintptr_t fin = cell.state.peek();
         if (sc.with_resume) {

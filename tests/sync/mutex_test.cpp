@@ -1,4 +1,4 @@
-// spindle::mutex: mutual exclusion over worker counts and policies, fibers
+// spindle::mutex and spindle::cqs_mutex: mutual exclusion over worker counts and policies, fibers
 // and threads mixed, FIFO handoff, timeouts and stop tokens (no lost wake-up,
 // no leaked waiter), the CES locality property (CES paper §5.4), misuse.
 #include <gtest/gtest.h>
@@ -18,11 +18,13 @@
 #include <random>
 #include <set>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/mutex.hpp>
 
 #include "../support/params.hpp"
@@ -42,224 +44,284 @@ constexpr int kStressFibers = 5000;
 #endif
 
 using spindle::test::all_policies;
-using StressParam = spindle::test::workers_and_policy;
 
-class MutexStress : public ::testing::TestWithParam<StressParam> {};
+// Both mutexes behind the one interface run the same tests: the CES
+// paper's (a spinlock-guarded FIFO) and the CQS one (sync/cqs_mutex.hpp).
+enum class mutex_kind { wait_queue, cqs };
+constexpr mutex_kind all_kinds[] = {mutex_kind::wait_queue, mutex_kind::cqs};
 
-TEST_P(MutexStress, MutualExclusionWithFibersAndThreads) {
-    const auto [workers, policy] = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
-    spindle::mutex m(policy);
-    long long counter = 0;      // guarded by m; non-atomic on purpose
-    int inside = 0;             // guarded by m: must never exceed 1
-    std::atomic<int> violations{0};
-    constexpr int kIters = 20;
-    auto body = [&](int i) {
-        for (int k = 0; k < kIters; ++k) {
-            m.lock();
-            if (++inside != 1) violations.fetch_add(1);
-            long long c = counter;
-            if ((i + k) % 7 == 0) this_fiber::yield();  // a switch inside the critical section
-            counter = c + 1;
-            --inside;
-            m.unlock();
-            if ((i + k) % 3 == 0) this_fiber::yield();
-        }
-    };
-    std::vector<fiber> fs;
-    fs.reserve(kStressFibers);
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    // Two plain threads compete as well: they park on the futex.
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
-    EXPECT_EQ(violations.load(), 0);
-    EXPECT_EQ(counter, static_cast<long long>(kStressFibers + 2) * kIters);
-    EXPECT_TRUE(m.try_lock());  // nobody left holding or queued
-    m.unlock();
+// Runs f.operator()<M>() with the mutex type of `kind`.
+template <class F>
+void with_mutex(mutex_kind kind, F&& f) {
+    if (kind == mutex_kind::cqs) f.template operator()<spindle::cqs_mutex>();
+    else f.template operator()<spindle::mutex>();
+}
+const char* kind_name(mutex_kind k) { return k == mutex_kind::cqs ? "cqs" : "waitqueue"; }
+
+struct stress_param {
+    mutex_kind kind;
+    unsigned workers;
+    handoff policy;
+};
+std::vector<stress_param> stress_params() {
+    std::vector<stress_param> v;
+    for (auto k : all_kinds)
+        for (auto [w, p] : spindle::test::workers_and_policies()) v.push_back({k, w, p});
+    return v;
+}
+std::string stress_name(const ::testing::TestParamInfo<stress_param>& i) {
+    return std::string(kind_name(i.param.kind)) + "_" + to_string(i.param.policy) + "_" +
+           std::to_string(i.param.workers) + "workers";
 }
 
-INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, MutexStress,
-                         ::testing::ValuesIn(spindle::test::workers_and_policies()),
-                         spindle::test::workers_and_policy_name);
+struct policy_param {
+    mutex_kind kind;
+    handoff policy;
+};
+std::vector<policy_param> policy_params() {
+    std::vector<policy_param> v;
+    for (auto k : all_kinds)
+        for (auto p : all_policies) v.push_back({k, p});
+    return v;
+}
+std::string policy_param_name(const ::testing::TestParamInfo<policy_param>& i) {
+    return std::string(kind_name(i.param.kind)) + "_" + to_string(i.param.policy);
+}
 
-class MutexPolicy : public ::testing::TestWithParam<handoff> {};
+class MutexStress : public ::testing::TestWithParam<stress_param> {};
+
+TEST_P(MutexStress, MutualExclusionWithFibersAndThreads) {
+    const auto [kind, workers, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+        M m(policy);
+        long long counter = 0;      // guarded by m; non-atomic on purpose
+        int inside = 0;             // guarded by m: must never exceed 1
+        std::atomic<int> violations{0};
+        constexpr int kIters = 20;
+        auto body = [&](int i) {
+            for (int k = 0; k < kIters; ++k) {
+                m.lock();
+                if (++inside != 1) violations.fetch_add(1);
+                long long c = counter;
+                if ((i + k) % 7 == 0) this_fiber::yield();  // a switch inside the critical section
+                counter = c + 1;
+                --inside;
+                m.unlock();
+                if ((i + k) % 3 == 0) this_fiber::yield();
+            }
+        };
+        std::vector<fiber> fs;
+        fs.reserve(kStressFibers);
+        for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
+        // Two plain threads compete as well: they park on the futex.
+        std::vector<std::thread> ts;
+        for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
+        for (auto& f : fs) f.join();
+        for (auto& t : ts) t.join();
+        EXPECT_EQ(violations.load(), 0);
+        EXPECT_EQ(counter, static_cast<long long>(kStressFibers + 2) * kIters);
+        EXPECT_TRUE(m.try_lock());  // nobody left holding or queued
+        m.unlock();
+    });
+}
+
+INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, MutexStress, ::testing::ValuesIn(stress_params()), stress_name);
+
+class MutexPolicy : public ::testing::TestWithParam<policy_param> {};
 
 TEST_P(MutexPolicy, HandoffIsFifo) {
-    scheduler sched({.workers = 1});
-    spindle::mutex m(GetParam());
-    std::vector<int> arrived, acquired;  // guarded: one worker, and m
-    fiber outer = sched.spawn([&] {
-        m.lock();
-        std::vector<fiber> fs;
-        for (int i = 0; i < 20; ++i) {
-            fs.push_back(fiber([&, i] {
-                arrived.push_back(i);  // just before queueing: one worker, no preemption
-                m.lock();
-                acquired.push_back(i);
-                m.unlock();
-            }));
-        }
-        while (arrived.size() < 20) this_fiber::yield();  // everyone queued
-        m.unlock();
-        for (auto& f : fs) f.join();
+    const auto [kind, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        scheduler sched({.workers = 1});
+        M m(policy);
+        std::vector<int> arrived, acquired;  // guarded: one worker, and m
+        fiber outer = sched.spawn([&] {
+            m.lock();
+            std::vector<fiber> fs;
+            for (int i = 0; i < 20; ++i) {
+                fs.push_back(fiber([&, i] {
+                    arrived.push_back(i);  // just before queueing: one worker, no preemption
+                    m.lock();
+                    acquired.push_back(i);
+                    m.unlock();
+                }));
+            }
+            while (arrived.size() < 20) this_fiber::yield();  // everyone queued
+            m.unlock();
+            for (auto& f : fs) f.join();
+        });
+        outer.join();
+        EXPECT_EQ(acquired, arrived);
     });
-    outer.join();
-    EXPECT_EQ(acquired, arrived);
 }
 
 TEST_P(MutexPolicy, NobodyOvertakesAChosenWaiter) {
-    scheduler sched({.workers = 1});
-    spindle::mutex m(GetParam());
-    bool overtook = true;
-    bool waiter_done = false;
-    fiber outer = sched.spawn([&] {
-        m.lock();
-        fiber w([&] {
+    const auto [kind, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        scheduler sched({.workers = 1});
+        M m(policy);
+        bool overtook = true;
+        bool waiter_done = false;
+        fiber outer = sched.spawn([&] {
             m.lock();
-            waiter_done = true;
-            m.unlock();
+            fiber w([&] {
+                m.lock();
+                waiter_done = true;
+                m.unlock();
+            });
+            this_fiber::yield();  // w queues
+            m.unlock();           // hands m to w (whatever the policy)
+            // w owns it now, run or not: try_lock must fail until w unlocked.
+            if (!waiter_done) {
+                overtook = m.try_lock();
+                if (overtook) m.unlock();
+            } else {
+                overtook = false;
+            }
+            w.join();
         });
-        this_fiber::yield();  // w queues
-        m.unlock();           // hands m to w (whatever the policy)
-        // w owns it now, run or not: try_lock must fail until w unlocked.
-        if (!waiter_done) {
-            overtook = m.try_lock();
-            if (overtook) m.unlock();
-        } else {
-            overtook = false;
-        }
-        w.join();
+        outer.join();
+        EXPECT_FALSE(overtook);
+        EXPECT_TRUE(waiter_done);
     });
-    outer.join();
-    EXPECT_FALSE(overtook);
-    EXPECT_TRUE(waiter_done);
 }
 
 TEST_P(MutexPolicy, TimedLockTimesOutAndLeavesNoWaiter) {
-    scheduler sched({.workers = 2});
-    spindle::mutex m(GetParam());
-    m.lock();  // held by this thread
-    std::atomic<int> timeouts{0};
-    std::vector<fiber> fs;
-    for (int i = 0; i < 50; ++i) {
-        fs.push_back(sched.spawn([&] {
-            auto t0 = std::chrono::steady_clock::now();
-            if (!m.try_lock_for(5ms)) {
-                EXPECT_GE(std::chrono::steady_clock::now() - t0, 5ms);
-                timeouts.fetch_add(1);
-            } else {
-                m.unlock();
-            }
-        }));
-    }
-    for (auto& f : fs) f.join();
-    EXPECT_EQ(timeouts.load(), 50);
-    m.unlock();            // no waiter left: the fast path frees it
-    EXPECT_TRUE(m.try_lock());
-    m.unlock();
+    const auto [kind, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        scheduler sched({.workers = 2});
+        M m(policy);
+        m.lock();  // held by this thread
+        std::atomic<int> timeouts{0};
+        std::vector<fiber> fs;
+        for (int i = 0; i < 50; ++i) {
+            fs.push_back(sched.spawn([&] {
+                auto t0 = std::chrono::steady_clock::now();
+                if (!m.try_lock_for(5ms)) {
+                    EXPECT_GE(std::chrono::steady_clock::now() - t0, 5ms);
+                    timeouts.fetch_add(1);
+                } else {
+                    m.unlock();
+                }
+            }));
+        }
+        for (auto& f : fs) f.join();
+        EXPECT_EQ(timeouts.load(), 50);
+        m.unlock();            // no waiter left: the fast path frees it
+        EXPECT_TRUE(m.try_lock());
+        m.unlock();
+    });
 }
 
 TEST_P(MutexPolicy, TimeoutRacesWithHandoffLoseNothing) {
-    // Waiters with tiny timeouts race unlocks: each either gets the lock
-    // (and must then really own it) or times out; nobody hangs, nothing leaks.
-    scheduler sched({.workers = 2, .stack_size = 32 * 1024});
-    spindle::mutex m(GetParam());
-    long long counter = 0;
-    std::atomic<long long> acquired{0};
-    std::vector<fiber> fs;
-    for (int i = 0; i < 400; ++i) {
-        fs.push_back(sched.spawn([&, i] {
-            std::minstd_rand rng(static_cast<unsigned>(i));
-            for (int k = 0; k < 20; ++k) {
-                bool got = (k % 2 == 0) ? m.try_lock_for(std::chrono::microseconds(rng() % 200))
-                                        : (m.lock(), true);
-                if (got) {
+    const auto [kind, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        // Waiters with tiny timeouts race unlocks: each either gets the lock
+        // (and must then really own it) or times out; nobody hangs, nothing leaks.
+        scheduler sched({.workers = 2, .stack_size = 32 * 1024});
+        M m(policy);
+        long long counter = 0;
+        std::atomic<long long> acquired{0};
+        std::vector<fiber> fs;
+        for (int i = 0; i < 400; ++i) {
+            fs.push_back(sched.spawn([&, i] {
+                std::minstd_rand rng(static_cast<unsigned>(i));
+                for (int k = 0; k < 20; ++k) {
+                    bool got = (k % 2 == 0) ? m.try_lock_for(std::chrono::microseconds(rng() % 200))
+                                            : (m.lock(), true);
+                    if (got) {
+                        ++counter;
+                        acquired.fetch_add(1, std::memory_order_relaxed);
+                        if (rng() % 4 == 0) this_fiber::yield();
+                        m.unlock();
+                    }
+                }
+            }));
+        }
+        std::thread t([&] {
+            for (int k = 0; k < 200; ++k) {
+                if (m.try_lock_for(std::chrono::microseconds(50))) {
                     ++counter;
                     acquired.fetch_add(1, std::memory_order_relaxed);
-                    if (rng() % 4 == 0) this_fiber::yield();
                     m.unlock();
                 }
             }
-        }));
-    }
-    std::thread t([&] {
-        for (int k = 0; k < 200; ++k) {
-            if (m.try_lock_for(std::chrono::microseconds(50))) {
-                ++counter;
-                acquired.fetch_add(1, std::memory_order_relaxed);
-                m.unlock();
-            }
-        }
+        });
+        for (auto& f : fs) f.join();
+        t.join();
+        EXPECT_EQ(counter, acquired.load());
+        EXPECT_GE(acquired.load(), 400 * 10);  // every plain lock() succeeded
+        EXPECT_TRUE(m.try_lock());
+        m.unlock();
     });
-    for (auto& f : fs) f.join();
-    t.join();
-    EXPECT_EQ(counter, acquired.load());
-    EXPECT_GE(acquired.load(), 400 * 10);  // every plain lock() succeeded
-    EXPECT_TRUE(m.try_lock());
-    m.unlock();
 }
 
 TEST_P(MutexPolicy, StopTokenCancelsAWaitingFiber) {
-    scheduler sched({.workers = 2});
-    spindle::mutex m(GetParam());
-    m.lock();
-    std::stop_source src;
-    std::atomic<bool> queued{false};
-    std::atomic<int> result{-1};
-    fiber f = sched.spawn([&] {
-        queued = true;
-        result = m.lock(src.get_token()) ? 1 : 0;
+    const auto [kind, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        scheduler sched({.workers = 2});
+        M m(policy);
+        m.lock();
+        std::stop_source src;
+        std::atomic<bool> queued{false};
+        std::atomic<int> result{-1};
+        fiber f = sched.spawn([&] {
+            queued = true;
+            result = m.lock(src.get_token()) ? 1 : 0;
+        });
+        while (!queued) std::this_thread::yield();
+        std::this_thread::sleep_for(10ms);  // let it queue (either way the answer must be 0)
+        src.request_stop();
+        f.join();
+        EXPECT_EQ(result.load(), 0);
+        // Already stopped: fails at once (the mutex is still held by us).
+        std::stop_source done;
+        done.request_stop();
+        fiber g = sched.spawn([&] { result = m.lock(done.get_token()) ? 1 : 0; });
+        g.join();
+        EXPECT_EQ(result.load(), 0);
+        m.unlock();
+        EXPECT_TRUE(m.try_lock());
+        m.unlock();
     });
-    while (!queued) std::this_thread::yield();
-    std::this_thread::sleep_for(10ms);  // let it queue (either way the answer must be 0)
-    src.request_stop();
-    f.join();
-    EXPECT_EQ(result.load(), 0);
-    // Already stopped: fails at once (the mutex is still held by us).
-    std::stop_source done;
-    done.request_stop();
-    fiber g = sched.spawn([&] { result = m.lock(done.get_token()) ? 1 : 0; });
-    g.join();
-    EXPECT_EQ(result.load(), 0);
-    m.unlock();
-    EXPECT_TRUE(m.try_lock());
-    m.unlock();
 }
 
 TEST_P(MutexPolicy, ThreadsTimeOutAndStopToo) {
-    spindle::mutex m(GetParam());
-    std::thread holder_thread;
-    m.lock();
-    auto t0 = std::chrono::steady_clock::now();
-    bool got = true;
-    std::thread t([&] { got = m.try_lock_for(10ms); });
-    t.join();
-    EXPECT_FALSE(got);
-    EXPECT_GE(std::chrono::steady_clock::now() - t0, 10ms);
-    std::stop_source src;
-    std::thread t2([&] { got = m.lock(src.get_token()); });
-    std::this_thread::sleep_for(5ms);
-    src.request_stop();
-    t2.join();
-    EXPECT_FALSE(got);
-    m.unlock();
-    // A thread that does get it, after a handoff from a fiber.
-    scheduler sched({.workers = 1});
-    m.lock();
-    std::thread t3([&] {
-        got = m.try_lock_for(10s);
-        if (got) m.unlock();
+    const auto [kind, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        M m(policy);
+        std::thread holder_thread;
+        m.lock();
+        auto t0 = std::chrono::steady_clock::now();
+        bool got = true;
+        std::thread t([&] { got = m.try_lock_for(10ms); });
+        t.join();
+        EXPECT_FALSE(got);
+        EXPECT_GE(std::chrono::steady_clock::now() - t0, 10ms);
+        std::stop_source src;
+        std::thread t2([&] { got = m.lock(src.get_token()); });
+        std::this_thread::sleep_for(5ms);
+        src.request_stop();
+        t2.join();
+        EXPECT_FALSE(got);
+        m.unlock();
+        // A thread that does get it, after a handoff from a fiber.
+        scheduler sched({.workers = 1});
+        m.lock();
+        std::thread t3([&] {
+            got = m.try_lock_for(10s);
+            if (got) m.unlock();
+        });
+        std::this_thread::sleep_for(5ms);
+        sched.spawn([&] {}).join();
+        m.unlock();
+        t3.join();
+        EXPECT_TRUE(got);
     });
-    std::this_thread::sleep_for(5ms);
-    sched.spawn([&] {}).join();
-    m.unlock();
-    t3.join();
-    EXPECT_TRUE(got);
 }
 
-INSTANTIATE_TEST_SUITE_P(Policies, MutexPolicy, ::testing::ValuesIn(all_policies), spindle::test::policy_name);
+INSTANTIATE_TEST_SUITE_P(Policies, MutexPolicy, ::testing::ValuesIn(policy_params()), policy_param_name);
 
 // The CES paper's validation (§5.4): with CES the critical sections of a
 // contended resource run on one worker. Measured per resource: of the
@@ -380,6 +442,39 @@ TEST(MutexDeathTest, DestroyingAHeldMutexAborts) {
             delete m;
         },
         "spindle::mutex 0x[0-9a-f]+ destroyed while held");
+}
+
+TEST(MutexDeathTest, CqsMutexMisuseAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            spindle::cqs_mutex m;
+            m.unlock();
+        },
+        "spindle::cqs_mutex 0x[0-9a-f]+: unlock\\(\\) of a mutex that is not locked");
+    EXPECT_DEATH(
+        {
+            spindle::cqs_mutex m;
+            m.lock();
+            std::thread([&] { m.unlock(); }).join();
+        },
+        "spindle::cqs_mutex 0x[0-9a-f]+: unlock\\(\\) by a caller that does not hold it");
+    EXPECT_DEATH(
+        {
+            auto* m = new spindle::cqs_mutex;
+            m->lock();
+            delete m;
+        },
+        "spindle::cqs_mutex 0x[0-9a-f]+ destroyed while held");
+    EXPECT_DEATH(
+        {
+            auto* m = new spindle::cqs_mutex;
+            m->lock();
+            std::thread([m] { m->lock(); }).detach();
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            delete m;
+        },
+        "spindle::cqs_mutex 0x[0-9a-f]+ destroyed while (held|held and waited on)");
 }
 #endif
 

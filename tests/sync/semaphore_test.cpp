@@ -339,6 +339,67 @@ TEST(Semaphore, StoppedWaiterInTheMiddleIsSkipped) {
     EXPECT_EQ(sem.debug_count(), 0);
 }
 
+// The handoff policy: with ces a releasing fiber's worker switches straight
+// to the waiter it hands its permit to (the waiter runs before the releaser
+// goes on); with dispatch the releaser goes on and the waiter runs later.
+TEST(Semaphore, ReleaseHandsOffByPolicy) {
+    for (auto policy : {spindle::handoff::ces, spindle::handoff::dispatch}) {
+        SCOPED_TRACE(spindle::to_string(policy));
+        scheduler sched({.workers = 1});
+        spindle::counting_semaphore<> sem(0, policy);
+        std::vector<const char*> order;  // one worker
+        fiber outer = sched.spawn([&] {
+            fiber waiter([&] {
+                sem.acquire();
+                order.push_back("waiter");
+            });
+            while (sem.debug_count() != -1) this_fiber::yield();
+            sem.release();
+            order.push_back("releaser");
+            waiter.join();
+        });
+        outer.join();
+        if (policy == spindle::handoff::ces)
+            EXPECT_EQ(order, (std::vector<const char*>{"waiter", "releaser"}));
+        else
+            EXPECT_EQ(order, (std::vector<const char*>{"releaser", "waiter"}));
+    }
+}
+
+// A stop request cancels a parked waiter completely before request_stop()
+// returns: the canceller runs the cancellation handler itself, so the
+// waiter's decrement is given back (and a release could not park its
+// permit in the cancelled waiter's cell) even while the waiter has not run.
+TEST(Semaphore, StopRequestSettlesTheWordBeforeTheWaiterRuns) {
+    scheduler sched({.workers = 1});
+    spindle::counting_semaphore<> sem(0);
+    std::stop_source src;
+    std::atomic<bool> parked{false}, blocked_worker{false}, release_worker{false};
+    std::atomic<int> result{-1};
+    fiber waiter = sched.spawn([&] { result.store(sem.acquire(src.get_token()) ? 1 : 0); });
+    // The waiter runs from its decrement to its park without yielding: once
+    // a second fiber on the same worker runs, it is parked.
+    fiber marker = sched.spawn([&] {
+        while (sem.debug_count() != -1) this_fiber::yield();
+        parked.store(true);
+        // Hold the only worker so the woken waiter cannot run yet.
+        blocked_worker.store(true);
+        while (!release_worker.load()) std::this_thread::yield();
+    });
+    while (!blocked_worker.load()) std::this_thread::yield();
+    ASSERT_TRUE(parked.load());
+    src.request_stop();
+    EXPECT_EQ(sem.debug_count(), 0);  // settled by the canceller
+    EXPECT_EQ(result.load(), -1);     // the waiter has not run yet
+    sem.release();                    // the permit goes to the word, not to the cancelled cell
+    EXPECT_EQ(sem.debug_count(), 1);
+    release_worker.store(true);
+    marker.join();
+    waiter.join();
+    EXPECT_EQ(result.load(), 0);
+    EXPECT_TRUE(sem.try_acquire());
+}
+
 #if SPINDLE_DEBUG_CHECKS
 TEST(SemaphoreDeathTest, ReleaseBeyondMaxAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");

@@ -2,7 +2,8 @@
 // semaphore on the CQS queue (Koval, Khalanskiy, Alistarh, PLDI 2023, §4.3,
 // with the smart cancellation of §3.2 and synchronous resumption).
 //
-//     spindle::counting_semaphore<8> slots(8);
+//     spindle::counting_semaphore<8> slots(8);   // handoff::ces
+//     spindle::counting_semaphore<8> d(8, spindle::handoff::dispatch);
 //     slots.acquire(); ...; slots.release();
 //     if (slots.try_acquire_for(5ms)) { ...; slots.release(); }
 //     if (slots.acquire(stop_token)) { ...; slots.release(); }
@@ -13,6 +14,14 @@
 // which returns false if stop was requested before a permit was handed over.
 // Callable from fibers (the fiber suspends; its worker runs other fibers) and
 // from plain OS threads (the thread sleeps on a futex), mixed freely.
+//
+// Handoff (sync/handoff.hpp; a constructor argument, as for spindle::mutex).
+// A release(n) by a fiber that finds waiters wakes n-1 of them with
+// `dispatch` and the last with the semaphore's policy: with `ces` (the
+// default) the releaser goes to the executor and its worker switches
+// straight to that waiter, so a handed-over permit is used at once instead
+// of waiting in a ready queue (the CES paper's queuing delay: with thousands
+// of ready fibers that delay, not the critical section, bounds throughput).
 //
 // Algorithm (the paper's semaphore: its mutex with K permits). One signed
 // permit word and a detail::cqs of waiters:
@@ -47,13 +56,6 @@
 // cqs.hpp): a permit delegated to a waiter that is being cancelled sits in
 // its cell until that waiter's handler passes it on.
 //
-// Known problem (open): under a storm of short timed waits -- thousands of
-// fibers looping on try_acquire_for(200us) on 2 or more workers -- the
-// throughput of this semaphore collapses to a few thousand acquisitions per
-// second (seconds for 40,000; the same loop on spindle::mutex takes tens of
-// milliseconds). Correctness holds (tests/sync/semaphore_test.cpp); the
-// cause, in the cancellation path of the queue or here, is being looked for.
-//
 // Contract:
 //
 //   operation            | c > 0           | c <= 0
@@ -82,6 +84,7 @@
 #include <stop_token>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/sync/handoff.hpp>
 #include <spindle/sync/detail/cqs.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 
@@ -93,7 +96,7 @@ namespace detail {
 // src/sync/counting_semaphore.cpp); `max` only feeds the debug checks.
 class semaphore_core {
 public:
-    semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max);
+    semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max, handoff policy);
     ~semaphore_core();
     semaphore_core(const semaphore_core&) = delete;
     semaphore_core& operator=(const semaphore_core&) = delete;
@@ -146,7 +149,7 @@ private:
     SPINDLE_NOINLINE bool acquire_slow(std::chrono::steady_clock::time_point deadline,
                                        std::stop_token* st) noexcept;
     SPINDLE_NOINLINE void release_slow(std::int64_t c, std::ptrdiff_t n) noexcept;
-    void hand_over() noexcept;
+    void hand_over(handoff policy) noexcept;
     [[noreturn]] SPINDLE_COLD void bad_release(std::ptrdiff_t n, std::int64_t c) noexcept;
     static bool on_cancellation(void* self) noexcept;
     static void complete_refused_resume(void* self, unit) noexcept;
@@ -156,6 +159,7 @@ private:
     // release sequence that any later acquirer's acquire RMW reads from.
     alignas(arch::cache_line) std::atomic<std::int64_t> count_;
     const std::int64_t max_;
+    const handoff policy_;
     cqs<unit> q_;
 };
 
@@ -170,7 +174,8 @@ class counting_semaphore {
 public:
     static constexpr std::ptrdiff_t max() noexcept { return LeastMaxValue; }
 
-    explicit counting_semaphore(std::ptrdiff_t desired) : core_(desired, LeastMaxValue) {}
+    explicit counting_semaphore(std::ptrdiff_t desired, handoff policy = handoff::ces)
+        : core_(desired, LeastMaxValue, policy) {}
     counting_semaphore(const counting_semaphore&) = delete;
     counting_semaphore& operator=(const counting_semaphore&) = delete;
 

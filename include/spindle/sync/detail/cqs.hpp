@@ -25,7 +25,9 @@
 // one of them wins it (the `claim` word of cqs_wait below).
 //
 // Cell life cycle (the paper's Figures 2 and 4; S suspend, R resume, C the
-// cancelled waiter's handler, which runs in the waiter after it wakes). The
+// cancellation handler, which the timer or stop callback that cancelled the
+// waiter runs before it unparks the waiter, or the waiter itself when the
+// request came before its record was in the cell: cqs_claim). The
 // transitions live in cqs_cell.hpp, templates over the atomics, which
 // tests/models/cqs_cell_model_test.cpp runs under a model checker:
 //
@@ -42,8 +44,8 @@
 //                       --C--> REFUSE,    then C calls complete_refused_resume(value)
 //
 // RESUMING is a short-lived lock on the cell held by the one resumer that
-// found a waiter: while it is there, the cancelled waiter's handler spins and
-// so cannot return and free its node (which lives on its stack).
+// found a waiter: while it is there, the cancellation handler spins, so the
+// waiter cannot return and free its record (which lives on its stack).
 //
 // Modes (constructor arguments, fixed for the queue's life):
 //   cqs_cancellation::simple  resume(v) on a cancelled waiter fails (returns
@@ -60,10 +62,12 @@
 //                             value waits in the queue for a suspend to come,
 //                             so try_* operations on the primitive's state
 //                             are exact -- except for a moment in smart mode:
-//                             a value delegated to a cancelled waiter sits in
-//                             its cell until that waiter's handler runs (as in
-//                             the paper). A delegated value whose sync resume
-//                             fails goes back through return_value(v).
+//                             a value delegated to a waiter being cancelled
+//                             sits in its cell until the handler, already
+//                             running, takes it (microseconds: the canceller
+//                             runs the handler itself). A delegated value
+//                             whose sync resume fails goes back through
+//                             return_value(v).
 //
 // Segment removal (O(1)). Each segment counts its dead cells (cells no
 // operation will touch logically again) and the head pointers that point at
@@ -168,10 +172,17 @@ static_assert(sizeof(cqs_segment) <= 40 + sizeof(cqs_cell_slot) * cqs_segment_ce
 
 // A waiter's record, on its stack for one suspend(). `claim` decides
 // between a resume and a timeout or stop request (cqs_claim in cqs_cell.hpp).
+class cqs_base;
 struct alignas(16) cqs_wait {
     wait_node node;                          // waiter, and the hook wait_guard's timer/stop call
     std::atomic<std::uint32_t> claim{cqs_claim::waiting};
     std::uint64_t value = 0;                 // written by the winning resumer before its unpark
+    // Where the record waits, for a canceller that runs the handler: set
+    // before announce_placed's release CAS, read after the canceller's
+    // acquire of `placed`.
+    cqs_base* q = nullptr;
+    cqs_segment* seg = nullptr;
+    cqs_cell_slot* cell = nullptr;
 };
 static_assert(alignof(cqs_wait) > cqs_cell::last_state, "a waiter's address must not look like a cell state");
 
@@ -260,7 +271,10 @@ private:
 };
 
 // Hooks a primitive supplies (smart mode), called outside the queue's
-// internal sections, on the thread or fiber that runs the operation:
+// internal sections, on the thread or fiber that runs the operation -- or,
+// for a cancellation, in the timer or stop callback that cancels the waiter
+// (the timer thread, or whoever calls request_stop()). So a hook must not
+// block and must not assume it runs in the waiter:
 //   on_cancellation(owner)             a waiter was cancelled: undo its effect
 //                                      on the primitive's state; true: the cell
 //                                      becomes CANCELLED (resume skips it),

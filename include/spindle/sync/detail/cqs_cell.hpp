@@ -42,16 +42,30 @@ inline constexpr std::uintptr_t last_state = resuming;
 inline bool is_waiter(std::uintptr_t st) noexcept { return st > last_state; }
 }  // namespace cqs_cell
 
-// The waiter record's claim word.
+// The waiter record's claim word: who may unpark the waiter, and who runs
+// the cell's cancellation handler.
 //
-//     waiting --resume wins--> resumed
-//             --timer/stop wins--> cancelled
+//     waiting --waiter: its record is in the cell--> placed
+//        |                                            |
+//        +--resume wins--> resumed <--resume wins-----+
+//        +--timer/stop wins--> cancelled_early        +--timer/stop wins--> cancelled
+//
+//   cancelled_early  the request came before the waiter had announced its
+//                    cell; the waiter runs the handler when it sees this.
+//   cancelled        the canceller runs the handler itself, then unparks:
+//                    the cell is CANCELLED (or REFUSE) before anybody waits
+//                    for the waiter to be scheduled, so a resume never parks
+//                    its value in the cell of a waiter that sits in a ready
+//                    queue (under a storm of timeouts that wait is what
+//                    throttled throughput to the scheduling latency).
 //
 // The winner unparks the waiter (exactly one unpark per park).
 namespace cqs_claim {
 inline constexpr std::uint32_t waiting = 0;
 inline constexpr std::uint32_t resumed = 1;
 inline constexpr std::uint32_t cancelled = 2;
+inline constexpr std::uint32_t cancelled_early = 3;
+inline constexpr std::uint32_t placed = 4;
 }  // namespace cqs_claim
 
 namespace cqs_ops {
@@ -90,15 +104,56 @@ suspend_outcome suspend_cell(Cell& c, Wait* w, bool sync, Env& env, std::uint64_
     return suspend_outcome::broken;
 }
 
-// A timeout or stop request's step: claim the waiter. true: we won and must
-// unpark it; it will run cancel_cell itself.
+// The waiter's step once its record is in the cell (suspend_cell returned
+// placed): tell a canceller it may run the handler. Returns the claim word:
+// `placed` (park and see), `resumed` (a resume came first: park for its
+// unpark) or `cancelled_early` (a request came first: park for its unpark,
+// then run the handler yourself).
 template <class Wait>
-bool claim_for_cancel(Wait* w) noexcept {
+std::uint32_t announce_placed(Wait* w) noexcept {
     std::uint32_t expected = cqs_claim::waiting;
-    // claim: waiting -> cancelled. acq_rel pairs with a resumer's claim CAS:
-    // exactly one wins, and only the winner unparks.
-    return w->claim.compare_exchange_strong(expected, cqs_claim::cancelled, std::memory_order_acq_rel,
-                                            std::memory_order_acquire);
+    // claim: waiting -> placed. release publishes the record's cell fields
+    // to the canceller's acq_rel CAS; acquire on failure pairs with the
+    // winner's CAS.
+    if (w->claim.compare_exchange_strong(expected, cqs_claim::placed, std::memory_order_acq_rel,
+                                         std::memory_order_acquire))
+        return cqs_claim::placed;
+    return expected;
+}
+
+enum class cancel_claim : std::uint8_t { lost, early, late };
+
+// A timeout or stop request's step: claim the waiter. lost: a resume won;
+// early: unpark it, it runs the handler; late: run the handler (the
+// waiter's cell is known), then unpark it.
+template <class Wait>
+cancel_claim claim_for_cancel(Wait* w) noexcept {
+    // acquire pairs with announce_placed's CAS (the cell fields).
+    std::uint32_t cur = w->claim.load(std::memory_order_acquire);
+    for (;;) {
+        if (cur != cqs_claim::waiting && cur != cqs_claim::placed) return cancel_claim::lost;
+        const std::uint32_t to = cur == cqs_claim::placed ? cqs_claim::cancelled : cqs_claim::cancelled_early;
+        // claim: waiting -> cancelled_early | placed -> cancelled. acq_rel
+        // pairs with a resumer's claim CAS (exactly one wins, and only the
+        // winner unparks) and with announce_placed.
+        if (w->claim.compare_exchange_strong(cur, to, std::memory_order_acq_rel, std::memory_order_acquire))
+            return to == cqs_claim::cancelled ? cancel_claim::late : cancel_claim::early;
+    }
+}
+
+// The resumer's claim of a waiter it holds (RESUMING): waiting|placed ->
+// resumed. false: a timeout or stop request won.
+template <class Wait>
+bool claim_for_resume(Wait* w) noexcept {
+    std::uint32_t cur = w->claim.load(std::memory_order_acquire);  // pairs with the CASes below/elsewhere
+    while (cur == cqs_claim::waiting || cur == cqs_claim::placed) {
+        // acq_rel pairs with the canceller's claim CAS (one winner) and
+        // with announce_placed.
+        if (w->claim.compare_exchange_strong(cur, cqs_claim::resumed, std::memory_order_acq_rel,
+                                             std::memory_order_acquire))
+            return true;
+    }
+    return false;
 }
 
 // resume(v)'s step in its cell. `wake` is set when a waiter was claimed: the
@@ -130,15 +185,13 @@ resume_outcome resume_cell(Cell& c, std::uint64_t v, bool sync, bool smart, Env&
         }
         if (cqs_cell::is_waiter(st)) {
             // WAITER -> RESUMING: we hold the record; its owner cannot leave
-            // (its handler waits out RESUMING) while we look at it.
+            // (the cancellation handler, whoever runs it, waits out RESUMING before
+            // the waiter may return) while we look at it.
             if (!c.state.compare_exchange_strong(st, cqs_cell::resuming, std::memory_order_acquire,
                                                  std::memory_order_relaxed))
                 continue;
             auto* w = reinterpret_cast<Wait*>(st);
-            std::uint32_t expected = cqs_claim::waiting;
-            // claim: waiting -> resumed, against a timer or stop request.
-            if (w->claim.compare_exchange_strong(expected, cqs_claim::resumed, std::memory_order_acq_rel,
-                                                 std::memory_order_acquire)) {
+            if (claim_for_resume(w)) {
                 w->value = v;  // read by the waiter after the unpark (which orders it)
                 // RESUMING -> RESUMED. relaxed: final, nobody reads it.
                 c.state.store(cqs_cell::resumed, std::memory_order_relaxed);
@@ -146,7 +199,8 @@ resume_outcome resume_cell(Cell& c, std::uint64_t v, bool sync, bool smart, Env&
                 wake = w;
                 return resume_outcome::done;
             }
-            // The waiter was cancelled and will run its handler.
+            // A timeout or stop request won; the handler (its canceller's or its
+            // own) will find the cell again.
             if (!smart) {
                 // RESUMING -> WAITER (give the cell back). release pairs with
                 // the handler's acquire load.
@@ -167,8 +221,9 @@ resume_outcome resume_cell(Cell& c, std::uint64_t v, bool sync, bool smart, Env&
     }
 }
 
-// The cancelled waiter's step (paper Listing 6, right), after it woke with
-// claim == cancelled. mark: CANCELLED (true) or REFUSE (false), as the
+// The cancellation handler's step in the cell (paper Listing 6, right), run
+// by the canceller (claim `cancelled`) or by the woken waiter
+// (`cancelled_early`). mark: CANCELLED (true) or REFUSE (false), as the
 // primitive's on_cancellation() decided (always true in simple mode).
 // Returns true if a resume had delegated its value here (`v`): the caller
 // resumes it again (CANCELLED) or completes it as refused (REFUSE).
