@@ -13,10 +13,10 @@
 // and explores the interleavings of their atomic accesses by depth-first
 // search over the scheduler's choices (replaying the prefix each run),
 // bounded by the number of preemptions: at most 5 in optimized builds (about
-// 10 s), 2 under the sanitizers and in debug builds, whose runtimes make the
-// search slow (context bounding: protocol bugs rarely need more than 2).
-// SPINDLE_MODEL_PREEMPTIONS=-1 explores every interleaving (about 280,000
-// runs, over a minute; it passes). Only
+// 150,000 runs, 15-50 s), 2 under the sanitizers and in debug builds, whose
+// runtimes make the search slow (context bounding: protocol bugs rarely need
+// more than 2). SPINDLE_MODEL_PREEMPTIONS=-1 explores every interleaving
+// (about 2.9 million runs, 5-20 minutes; it passes). Only
 // one model thread runs at a time, so the model is sequentially consistent:
 // it checks the protocol (the paper's own assumption), not memory orders
 // (the sanitizer builds of cqs_test do that).
