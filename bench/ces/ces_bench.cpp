@@ -40,6 +40,8 @@
 //                     with W workers (the reference for ratios)
 //   spindle_dispatch  spindle::mutex(handoff::dispatch), same scheduler
 //   spindle_inline    spindle::mutex(handoff::inline_resume), same scheduler
+//   spindle_cqs_ces   spindle::cqs_mutex(handoff::ces): the same interface on the
+//                     CQS queue (mutex and cs-length workloads)
 //   boost_fiber       boost::fibers::mutex on Boost.Fiber's algo::work_stealing
 //                     with W threads, the main thread being one of them.
 //                     Boost 1.74's work_stealing keeps its registry in statics
@@ -70,6 +72,7 @@
 // would mangle spindle::arch::cpu_relax() if its header came later.
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/mutex.hpp>
 
 #include <boost/fiber/algo/round_robin.hpp>
@@ -395,9 +398,10 @@ struct loop_setup {
     double ops() const { return static_cast<double>(tasks) * iterations; }
 };
 
+template <class Mutex = spindle::mutex>
 double spindle_loop(const loop_setup& c, spindle::handoff policy, const char* who) {
     map_state s;
-    spindle::mutex m(policy);
+    Mutex m(policy);
     auto body = [&](int t) { prime_task(m, s, t, c.iterations, c.cs_ns); };
     double ns = spindle_run(c.workers, c.tasks, body);
     verify_map(s, c.tasks, c.iterations, who);
@@ -447,6 +451,9 @@ std::vector<variant> loop_variants(const loop_setup& c) {
          "spindle::mutex(handoff::dispatch), " + w + " workers"},
         {"spindle_inline", [c] { return spindle_loop(c, spindle::handoff::inline_resume, "spindle_inline"); }, false,
          "spindle::mutex(handoff::inline_resume), " + w + " workers"},
+        {"spindle_cqs_ces",
+         [c] { return spindle_loop<spindle::cqs_mutex>(c, spindle::handoff::ces, "spindle_cqs_ces"); }, false,
+         "spindle::cqs_mutex(handoff::ces) (the CQS queue instead of the spinlock-guarded one), " + w + " workers"},
         {"boost_fiber", [c] { return boost_loop(c); }, false,
          std::string("boost::fibers::mutex, ") +
              (c.workers == 1 ? "algo::round_robin on the main thread (a 1-thread work_stealing spins forever)"
