@@ -48,7 +48,10 @@ One per measured point, as in design/BENCHMARKS.md "Result records"::
      "median": 2.1, "min": 2.0, "max": 2.4, "reps": 5}
 
 Optional fields: ``samples`` (list of numbers), ``note`` (string, printed
-under the record's table), ``reference`` (bool, marks the group's reference).
+under the record's table), ``reference`` (bool, marks the group's reference),
+``baseline`` (string: the variant of the same group this row's ratio is
+computed against instead of the reference, e.g. a thread-only competitor
+against spindle's thread variant).
 
 Report rules
 ------------
@@ -59,6 +62,10 @@ Report rules
 * ratio = how many times better the reference is than the row:
   row/ref for lower-is-better metrics, ref/row for higher-is-better ones.
   So ``3.00×`` means the reference is three times better than that row.
+  A row with a ``baseline`` is compared with that variant's record of the
+  same group instead (``3.00× (vs spindle_thread)``; in a sweep table the
+  column is headed ``spindle_thread vs <row>``); if the group has no record
+  of that variant, the reference is used and the table says so.
 * Sweep: when a workload's groups (of one metric) differ in exactly one
   numeric parameter and there are at least MIN_SWEEP_POINTS of them, the
   report prints one wide table (rows = parameter values, columns = variants'
@@ -163,6 +170,7 @@ _OPTIONAL: dict[str, tuple[Callable[[Any], bool], str]] = {
                 "a list of finite numbers"),
     "note": (lambda v: isinstance(v, str), "a string"),
     "reference": (lambda v: isinstance(v, bool), "true or false"),
+    "baseline": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
 }
 
 
@@ -251,6 +259,17 @@ def select_reference(records: Sequence[dict]) -> dict:
     return records[0]
 
 
+def select_baseline(row: dict, records: Sequence[dict], ref: dict) -> dict:
+    """The record `row` is compared to: the record of its ``baseline``
+    variant among `records` (one comparison group), else `ref`."""
+    name = row.get("baseline")
+    if name and name != row["variant"]:
+        for rec in records:
+            if rec["variant"] == name:
+                return rec
+    return ref
+
+
 def ratio_to_reference(row: dict, ref: dict, higher_is_better: bool) -> float | None:
     """How many times better `ref` is than `row`; None if undefined (0)."""
     num, den = ((ref["median"], row["median"]) if higher_is_better
@@ -292,6 +311,11 @@ class Group:
         dups = sorted({v for v in variants if variants.count(v) > 1})
         if dups:
             out.append("variant(s) measured more than once: " + ", ".join(dups))
+        for r in self.records:
+            name = r.get("baseline")
+            if name and name != r["variant"] and name not in variants:
+                out.append(f"{r['variant']}: baseline {name} is not in this "
+                           "comparison; its ratio is against the reference")
         return out
 
 
@@ -514,9 +538,12 @@ def render_group_table(group: Group) -> list[str]:
     rows = []
     for rec in group.records:
         is_ref = rec is ref
+        base = select_baseline(rec, group.records, ref)
+        ratio = fmt_ratio(ratio_to_reference(rec, base, hib), is_ref)
+        if not is_ref and base is not ref:
+            ratio += f" (vs {base['variant']})"
         rows.append([rec["variant"], fmt_num(rec["median"]), fmt_num(rec["min"]),
-                     fmt_num(rec["max"]), str(rec["reps"]),
-                     fmt_ratio(ratio_to_reference(rec, ref, hib), is_ref)])
+                     fmt_num(rec["max"]), str(rec["reps"]), ratio])
     lines += md_table(["variant", "median", "min", "max", "reps", "ratio"], rows,
                       [False, True, True, True, True, True])
     notes = [f"- {md_escape(r['variant'])}: {md_escape(r['note'])}"
@@ -534,25 +561,32 @@ def render_sweep_table(view: WorkloadView, sweep: Sweep, facet: Facet) -> list[s
     variants = facet.variants
     others = [v for v in variants if v != ref_variant]
     hib = view.higher_is_better
+    # Each other variant is compared with its baseline (the first one its
+    # records name, if that variant is in the panel) or the reference.
+    base_of: dict[str, str] = {}
+    for v in others:
+        named = next((r["baseline"] for r in facet.records
+                      if r["variant"] == v and r.get("baseline")), None)
+        base_of[v] = named if named in variants and named != v else ref_variant
     lines = []
     if facet.fixed:
         lines += [f"**{md_escape(fmt_params(facet.fixed))}**", ""]
     headers = ([sweep.axis] + variants
-               + [f"{ref_variant} vs {v}" for v in others])
+               + [f"{base_of[v]} vs {v}" for v in others])
     rows = []
     for g in facet.groups:
         by_variant: dict[str, dict] = {}
         for rec in g.records:
             by_variant.setdefault(rec["variant"], rec)
-        ref = by_variant.get(ref_variant)
         row = [fmt_param_value(g.params[sweep.axis])]
         row += [fmt_num(by_variant[v]["median"]) if v in by_variant else "—"
                 for v in variants]
         for v in others:
-            if ref is None or v not in by_variant:
+            base = by_variant.get(base_of[v])
+            if base is None or v not in by_variant:
                 row.append("—")
             else:
-                row.append(fmt_ratio(ratio_to_reference(by_variant[v], ref, hib)))
+                row.append(fmt_ratio(ratio_to_reference(by_variant[v], base, hib)))
         rows.append(row)
     lines += md_table(headers, rows, [True] * len(headers))
 
@@ -586,8 +620,11 @@ def render_view(view: WorkloadView, plot: str | None) -> list[str]:
         lines += [f"Sweep over **{sweep.axis}** — medians of "
                   f"{describe_metric(view.metric, view.higher_is_better)}; "
                   "the ratio columns say "
-                  f"how many times better {' / '.join(ref_names)} is; "
-                  "min, max and reps are in results.json.", ""]
+                  f"how many times better {' / '.join(ref_names)} is"
+                  + (" (a column `A vs B`: how many times better A is than B)"
+                     if any(r.get("baseline") for g in view.groups for r in g.records)
+                     else "")
+                  + "; min, max and reps are in results.json.", ""]
         for facet in sweep.facets:
             lines += render_sweep_table(view, sweep, facet)
     else:
@@ -637,7 +674,10 @@ def render_header(machine: dict, regenerated_by: str | None) -> list[str]:
               "metric. **ratio** = how many times better the reference "
               "variant (marked `(ref)`) is than that row: row/ref when lower "
               "is better, ref/row when higher is better; above 1.00× the "
-              "reference wins.", ""]
+              "reference wins. A ratio marked `(vs X)`, or a sweep column "
+              "`X vs Y`, compares with variant X instead (the row's "
+              "baseline, e.g. a thread competitor against spindle's thread "
+              "variant).", ""]
     return lines
 
 

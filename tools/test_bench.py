@@ -83,6 +83,9 @@ class ValidationTest(unittest.TestCase):
             rec("spindle", 2.0, samples=["a"])))
         self.assertIn("min <= median", bench.validate_record(
             dict(rec("spindle", 2.0), min=3.0)))
+        self.assertIn("baseline", bench.validate_record(rec("std", 2.0, baseline="")))
+        self.assertIn("baseline", bench.validate_record(rec("std", 2.0, baseline=1)))
+        self.assertIsNone(bench.validate_record(rec("std", 2.0, baseline="spindle_thread")))
         self.assertIsNotNone(bench.validate_record([1, 2]))
 
     def test_jsonl_reports_file_and_line(self):
@@ -194,6 +197,53 @@ class RatioTest(unittest.TestCase):
         text = "\n".join(bench.render_group_table(groups[0]))
         self.assertIn("| spindle_dispatch | 100,000 | 90,000 | 110,000 | 5 | 8.00× |", text)
         self.assertIn("| spindle_ces | 800,000 | 720,000 | 880,000 | 5 | 1.00× (ref) |", text)
+
+
+class BaselineTest(unittest.TestCase):
+    """A row may name the variant its ratio is computed against."""
+
+    KW = dict(suite="cqs", workload="barrier", params={"parties": 4})
+
+    def test_select_baseline(self):
+        ref, thr = rec("spindle_fiber", 1.0, **self.KW), rec("spindle_thread", 2.0, **self.KW)
+        std = rec("std_barrier", 6.0, baseline="spindle_thread", **self.KW)
+        lone = rec("boost_fiber", 3.0, baseline="nowhere", **self.KW)
+        records = [ref, thr, std, lone]
+        self.assertIs(bench.select_baseline(std, records, ref), thr)
+        self.assertIs(bench.select_baseline(thr, records, ref), ref)
+        self.assertIs(bench.select_baseline(lone, records, ref), ref)
+
+    def test_group_table(self):
+        groups = bench.group_records([
+            rec("spindle_fiber", 1.0, **self.KW), rec("spindle_thread", 2.0, **self.KW),
+            rec("std_barrier", 6.0, baseline="spindle_thread", **self.KW),
+            rec("boost_fiber", 3.0, baseline="spindle_fiber", **self.KW),
+            rec("pthread", 8.0, baseline="gone", **self.KW)])
+        text = "\n".join(bench.render_group_table(groups[0]))
+        self.assertIn("| spindle_fiber | 1.00 | 0.900 | 1.10 | 5 | 1.00× (ref) |", text)
+        self.assertIn("| spindle_thread | 2.00 | 1.80 | 2.20 | 5 | 2.00× |", text)
+        self.assertIn("| std_barrier | 6.00 | 5.40 | 6.60 | 5 | 3.00× (vs spindle_thread) |", text)
+        self.assertIn("| boost_fiber | 3.00 | 2.70 | 3.30 | 5 | 3.00× |", text)
+        self.assertIn("| pthread | 8.00 | 7.20 | 8.80 | 5 | 8.00× |", text)
+        self.assertIn("pthread: baseline gone is not in this comparison", text)
+
+    def test_sweep_table(self):
+        records = []
+        for p in (2, 4, 8):
+            kw = dict(suite="cqs", workload="semaphore", metric="ops_per_s",
+                      higher_is_better=True, params={"threads": p})
+            records += [rec("spindle_fiber", 8.0 * p, **kw),
+                        rec("spindle_thread", 4.0 * p, **kw),
+                        rec("std_counting_semaphore", 2.0 * p, baseline="spindle_thread", **kw)]
+        del records[7]  # spindle_thread at threads=8: no baseline there
+        view = bench.workload_views(bench.group_records(records))[0]
+        text = "\n".join(bench.render_view(view, None))
+        self.assertIn("| threads | spindle_fiber | spindle_thread | std_counting_semaphore | "
+                      "spindle_fiber vs spindle_thread | spindle_thread vs std_counting_semaphore |",
+                      text)
+        self.assertIn("| 2 | 16.00 | 8.00 | 4.00 | 2.00× | 2.00× |", text)
+        self.assertIn("| 8 | 64.00 | — | 16.00 | — | — |", text)
+        self.assertIn("a column `A vs B`", text)
 
 
 class SweepTest(unittest.TestCase):

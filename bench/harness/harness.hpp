@@ -16,6 +16,10 @@
 //    "higher_is_better": false, "median": 2.1, "min": 2.0, "max": 2.4,
 //    "reps": 5, "samples": [...]}
 //
+// plus, where set, "reference": true, "note": "..." and "baseline": "name"
+// (the variant this record's ratio is computed against, if not the
+// reference).
+//
 // Progress goes to stderr, one line per comparison.
 //
 // Command line of every benchmark program:
@@ -86,12 +90,16 @@ struct metric {
 // "cxx20_stackless", "callback", ...) and a function that performs one
 // measurement and returns its value in the comparison's metric.
 struct variant {
-    variant(std::string n, std::function<double()> m, bool ref = false, std::string nt = {})
-        : name(std::move(n)), measure(std::move(m)), reference(ref), note(std::move(nt)) {}
+    variant(std::string n, std::function<double()> m, bool ref = false, std::string nt = {}, std::string base = {})
+        : name(std::move(n)), measure(std::move(m)), reference(ref), note(std::move(nt)), baseline(std::move(base)) {}
     std::string name;
     std::function<double()> measure;
     bool reference = false;  // the ratio denominator (default: first "spindle*")
     std::string note;
+    // The variant of the same comparison this one's ratio is computed
+    // against, when not the reference (e.g. a thread-only competitor against
+    // spindle's thread variant); empty: the reference.
+    std::string baseline;
 };
 
 struct summary {
@@ -160,7 +168,7 @@ public:
         std::string line = suite_ + "/" + workload + " " + params_text(ps) + ":";
         for (std::size_t i = 0; i < vs.size(); ++i) {
             summary s = summarize(vs[i].name, samples[i]);
-            write_record(workload, ps, m, s, vs[i].reference, vs[i].note);
+            write_record(workload, ps, m, s, vs[i].reference, vs[i].note, vs[i].baseline);
             char buf[128];
             std::snprintf(buf, sizeof buf, " %s %.4g", vs[i].name.c_str(), s.median);
             line += buf;
@@ -217,7 +225,8 @@ private:
     }
 
     void write_record(const std::string& workload, const params& ps, const metric& m,
-                      const summary& s, bool reference, const std::string& note) {
+                      const summary& s, bool reference, const std::string& note,
+                      const std::string& baseline = {}) {
         std::string j = "{\"suite\": " + param::quote(suite_) + ", \"workload\": " + param::quote(workload) +
                         ", \"variant\": " + param::quote(s.variant) + ", \"params\": {";
         for (std::size_t i = 0; i < ps.size(); ++i) {
@@ -235,6 +244,7 @@ private:
         j += "]";
         if (reference) j += ", \"reference\": true";
         if (!note.empty()) j += ", \"note\": " + param::quote(note);
+        if (!baseline.empty()) j += ", \"baseline\": " + param::quote(baseline);
         j += "}\n";
         std::fputs(j.c_str(), out_);
         std::fflush(out_);

@@ -1,0 +1,1191 @@
+// bench/cqs — the CQS benchmarks (../shared/design/BENCHMARKS.md, "CQS
+// primitives (CQS paper §6)"): spindle's barrier, latch and counting
+// semaphore, built on the CancellableQueueSynchronizer queue, against the
+// standard library, pthreads, Boost.Fiber and two lock-based queues written
+// for this program; and the cost of cancelling a wait behind a long queue.
+//
+// Work between operations. As in the paper (§6: "some uncontended work after
+// each operation invocation — the work size is geometrically distributed
+// with a fixed mean"), every actor spins a geometrically distributed number
+// of iterations of an empty loop between operations. The loop is calibrated
+// at start-up (ns per iteration, printed on stderr); the draws come from one
+// table of 4096 precomputed values per mean, which each actor walks from its
+// own offset, so drawing costs a load and every variant does the same work.
+// The mean is the `work_ns` parameter (default 200 ns; --work-ns LIST).
+//
+// Actors, threads and workers. Each workload has a number of actors (barrier
+// parties, latch count-down actors, semaphore users): the `parties` or
+// `threads` parameter. Thread variants run one OS thread per actor; fiber
+// variants run one fiber per actor on W = min(actors, --max-workers)
+// workers (default: hardware_concurrency), so more actors than CPUs means
+// oversubscribed threads but not oversubscribed workers. `--threads LIST`
+// (alias `--workers LIST`, or SPINDLE_BENCH_WORKERS, as in spindle_bench_ces)
+// sets the actor counts.
+//
+// Workloads (records: suite "cqs"):
+//   barrier    P parties each run: { work; arrive_and_wait() } for N phases
+//              (§6.1). Metric ns_per_phase = wall time / N. Every variant
+//              counts its completed phases (completion function, or the one
+//              serial waiter per phase) and must count N.
+//   latch      Fork-join rounds: a coordinator opens round r's start latch
+//              (count 1, T actors wait on it); the T actors then share C
+//              count-downs of round r's done latch, with work before each;
+//              the coordinator -- the one waiter of the done latch -- waits
+//              for it and opens round r + 1. Every latch is used once (all
+//              2R are built before the clock starts). Metric ns_per_round.
+//              The paper (§6.2) times count-downs only; the round adds the
+//              waiter's wake-up and the fan-out to the next round, so that
+//              the waiting path is exercised on fibers too (a count-down
+//              actor that never waits would otherwise run every round
+//              before the waiter gets a worker).
+//   semaphore  T actors each run: { work; acquire(); work; release() }
+//              (§6.3: preparation work, then work holding the permit), K
+//              permits. Metric ops_per_s = acquisitions / wall time. With
+//              K = 1 a plain counter incremented while holding the permit
+//              checks mutual exclusion.
+//   abort      Q waiters are parked on each primitive (fibers on one worker,
+//              16 KiB stacks); then the waiter under test repeatedly calls
+//              the wait with a stop token whose stop was already requested
+//              (§6.5: "suspend and instantly abort, without parking the
+//              native thread"). The stop callback runs as the wait registers
+//              it, before the waiter takes its cell or node, and claims the
+//              waiter; the wait then enqueues, finds itself claimed, does
+//              not sleep and runs the cancellation: CQS marks its cell
+//              CANCELLED (and unlinks a segment once all its cells are dead)
+//              in O(1); the linear queue unlinks its node by walking from
+//              the head past the Q queued ones. Param `waiter`: "thread" (an
+//              OS thread: its park returns at once, but spindle's unpark of a
+//              thread always calls futex_wake, ~130 ns here) or "fiber" (a
+//              fiber on the queued waiters' worker: its park is a switch to
+//              the worker loop and straight back). A timed wait would measure
+//              the timer (arming, firing, its latency) instead of the queue,
+//              and would run into the known slowness of short timed waits
+//              (see counting_semaphore.hpp), so no deadline is used.
+//              Each primitive has an empty twin, timed in alternating
+//              batches of up to 32 calls within the same measurement; ns per
+//              call is the median over the batches (a batch that another
+//              process's time slice hit is an outlier, not a share of a
+//              total). Metric ns_per_op, and two computed metrics:
+//              growth_from_empty (loaded / empty twin, the paired ratio of
+//              each measurement; the issue's target for spindle: <= 1.5 at
+//              Q = 100 000) and speedup_vs_linear_removal (linear_removal /
+//              the variant, round by round; target >= 50 at Q = 10 000).
+//              --quick runs linear_removal up to Q = 10 000 (an abort behind
+//              100 000 waiters walks 100 000 stacks: tens of ms each).
+//   pool       Not yet: see bench_pool() (waits for include/spindle/sync/pool.hpp).
+//
+// Competitors, all in this one program and interleaved by the harness. The
+// reference of a comparison is spindle_fiber (barrier, latch, semaphore) or
+// spindle_smart (abort); a thread-only competitor names spindle_thread as
+// its `baseline` (the variant its ratio is computed against) and
+// boost_fiber names spindle_fiber:
+//   spindle_fiber            spindle primitive, fibers on a spindle::scheduler
+//   spindle_thread           spindle primitive, one OS thread per actor
+//                            (baseline of the thread-only competitors)
+//   std_barrier              std::barrier (libstdc++), threads
+//   pthread                  pthread_barrier_t (glibc), threads
+//   boost_fiber              boost::fibers::barrier on algo::work_stealing
+//                            with W threads (round_robin at W = 1), one
+//                            forked child per measurement (its scheduler
+//                            registry is process-static; see ces_bench.cpp)
+//   std_latch                std::latch, threads
+//   std_counting_semaphore   std::counting_semaphore (libstdc++: an atomic
+//                            word with futex waits; not fair), threads
+//   spinlock_queue           spinlock_queue_semaphore.hpp (fair, count and
+//                            FIFO under a spinlock, parks like spindle) on
+//                            fibers; spinlock_queue_thread: on threads
+//   spindle_simple           detail::cqs<unit> in cqs_cancellation::simple
+//                            mode, used directly (abort)
+//   spindle_smart            spindle::counting_semaphore: smart
+//                            cancellation (abort)
+//   linear_removal           linear_removal_semaphore.hpp (abort)
+//
+// Length. A barrier, latch or semaphore measurement runs for about 30 ms
+// (--quick) or 100 ms (--full) of wall time, not for a fixed count: actor 0
+// (the latch's coordinator) reads the clock every 16 operations and names
+// the phase, round or operation at which everyone stops; the metric divides
+// by what was done. (A count fitted to a fast run can take seconds when the
+// next one is slow, and on a shared machine the same variant can be 50x
+// slower from one run to the next.) The abort workload times batches.
+//
+// Command line: the harness's (--out, --quick, --full, --reps, --only) and
+//   --threads LIST     actor counts (alias --workers; SPINDLE_BENCH_WORKERS)
+//   --max-workers N    workers of the fiber variants at most (default: CPUs)
+//   --work-ns LIST     mean work between operations, ns
+//   --permits LIST     semaphore permits
+//   --queued LIST      abort: waiters already queued
+//   --abort-waiter W   abort: thread, fiber or both (default)
+//   --variants LIST    only these variants
+// Quick defaults: barrier P in {2, 4, 8}, work 200 ns; latch T in {1, 2, 4},
+// C = 64; semaphore K in {1, 4, 16} x T in {1, 2, 4, 8}; abort Q in {0, 10,
+// 100, 1000, 10000, 100000}, 11 rounds. --full: actor counts 1, 2, 4, ... up
+// to 4x the CPUs (barrier from 2), barrier work {100, 1000} ns, latch
+// C in {64, 1024}, semaphore K in {1, 2, 4, 8, 16} (work 200 ns: the paper
+// found other sizes alike), 11 rounds (abort 15).
+
+// spindle first: Boost.Fiber defines a function-like macro cpu_relax() that
+// would mangle spindle::arch::cpu_relax() if its header came later.
+#include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/barrier.hpp>
+#include <spindle/sync/counting_semaphore.hpp>
+#include <spindle/sync/detail/cqs.hpp>
+#include <spindle/sync/latch.hpp>
+
+#include "linear_removal_semaphore.hpp"
+#include "spinlock_queue_semaphore.hpp"
+
+#include <boost/fiber/algo/round_robin.hpp>
+#include <boost/fiber/algo/work_stealing.hpp>
+#include <boost/fiber/barrier.hpp>
+#include <boost/fiber/condition_variable.hpp>
+#include <boost/fiber/fiber.hpp>
+#include <boost/fiber/fixedsize_stack.hpp>
+#include <boost/fiber/mutex.hpp>
+#include <boost/fiber/operations.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <latch>
+#include <limits>
+#include <map>
+#include <memory>
+#include <semaphore>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../harness/harness.hpp"
+
+namespace bf = boost::fibers;
+using spindle::bench::harness;
+using spindle::bench::metric;
+using spindle::bench::now_ns;
+using spindle::bench::params;
+using spindle::bench::summary;
+using spindle::bench::variant;
+
+namespace {
+
+constexpr std::size_t fiber_stack_bytes = 64 * 1024;  // barrier, latch, semaphore fibers (spindle and Boost)
+constexpr std::size_t queued_stack_bytes = 16 * 1024;  // abort's parked waiters: the smallest spindle allows
+constexpr int child_timeout_s = 600;                   // a hung boost_fiber child is killed (SIGALRM)
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::fputs("spindle_bench_cqs: ", stderr);
+    std::vfprintf(stderr, fmt, ap);
+    std::fputc('\n', stderr);
+    va_end(ap);
+    std::fflush(nullptr);
+    // _Exit: also used in forked children and inside fibers, where running
+    // static destructors (Boost's scheduler registry) could hang.
+    std::_Exit(1);
+}
+
+// ---------------------------------------------------------------------------
+// Options
+
+struct run_options {
+    std::vector<unsigned> actors;   // --threads / --workers; empty: the mode's default
+    unsigned max_workers = 0;       // 0: hardware_concurrency
+    std::vector<unsigned> work_ns;  // empty: the mode's default
+    std::vector<unsigned> permits;  // empty: the mode's default
+    std::vector<unsigned> queued;   // empty: the mode's default
+};
+
+std::vector<std::string> g_variant_filter;  // --variants
+unsigned g_cpus = 1;
+double g_target_ns = 30e6;  // one measurement's length
+std::string g_abort_waiter = "both";  // --abort-waiter thread|fiber|both
+
+bool variant_wanted(const std::string& name) {
+    return g_variant_filter.empty() ||
+           std::find(g_variant_filter.begin(), g_variant_filter.end(), name) != g_variant_filter.end();
+}
+
+std::vector<variant> selected(std::vector<variant> vs) {
+    std::vector<variant> out;
+    for (auto& v : vs)
+        if (variant_wanted(v.name)) out.push_back(std::move(v));
+    return out;
+}
+
+// ---------------------------------------------------------------------------
+// Work between operations: an empty loop of a geometrically distributed
+// number of iterations.
+
+__attribute__((noinline)) void spin(std::uint32_t n) noexcept {
+    for (std::uint32_t i = 0; i < n; ++i) __asm__ volatile("");  // volatile: the loop must run n times
+}
+
+double g_spin_ns = 1.0;  // measured cost of one iteration
+
+void calibrate_spin() {
+    std::vector<double> per;
+    constexpr std::uint32_t n = 4'000'000;
+    for (int round = 0; round < 7; ++round) {
+        double t0 = now_ns();
+        spin(n);
+        per.push_back((now_ns() - t0) / n);
+    }
+    std::sort(per.begin(), per.end());
+    g_spin_ns = per.front();  // the fastest round: the others lost the CPU for a while
+    std::fprintf(stderr, "cqs: work loop: %.3f ns per iteration\n", g_spin_ns);
+}
+
+// splitmix64: fast, good enough, identical on every platform.
+struct rng {
+    std::uint64_t s;
+    std::uint64_t next() {
+        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double unit_open() {  // uniform in (0, 1]
+        return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53;
+    }
+};
+
+constexpr std::size_t work_table_size = 4096;  // a power of two
+static_assert((work_table_size & (work_table_size - 1)) == 0);
+
+// Geometric draws with mean `mean_ns` worth of spin() iterations.
+struct work_table {
+    unsigned mean_ns = 0;
+    double actual_mean_ns = 0;  // what the table's draws average to
+    std::vector<std::uint32_t> iters;
+};
+
+const work_table& work_for(unsigned mean_ns) {
+    static std::map<unsigned, work_table> tables;
+    auto it = tables.find(mean_ns);
+    if (it != tables.end()) return it->second;
+    work_table t;
+    t.mean_ns = mean_ns;
+    t.iters.assign(work_table_size, 0);
+    const double mean_iters = mean_ns / g_spin_ns;
+    if (mean_iters > 0) {
+        // Geometric on {0, 1, 2, ...} with mean m: success probability
+        // p = 1 / (m + 1); a draw is floor(ln U / ln(1 - p)).
+        const double p = 1.0 / (mean_iters + 1.0);
+        rng r{0xC0FFEEull + mean_ns};
+        double sum = 0;
+        for (auto& v : t.iters) {
+            double k = std::floor(std::log(r.unit_open()) / std::log1p(-p));
+            v = static_cast<std::uint32_t>(std::min(k, 1e9));
+            sum += v;
+        }
+        t.actual_mean_ns = sum / work_table_size * g_spin_ns;
+    }
+    return tables.emplace(mean_ns, std::move(t)).first->second;
+}
+
+// One actor's walk through a table.
+class work_stream {
+public:
+    work_stream(const work_table& t, unsigned actor) noexcept : t_(t.iters.data()), i_(actor * 1021u) {}
+    void operator()() noexcept { spin(t_[i_++ & (work_table_size - 1)]); }
+
+private:
+    const std::uint32_t* t_;
+    unsigned i_;
+};
+
+// ---------------------------------------------------------------------------
+// Runners: run body(k) for k in [0, n) as n actors of one kind and return the
+// wall time in ns from the start of the first to the end of the last.
+// Building and tearing down the executor is not timed.
+
+// spindle: a root fiber spawns the actors (on its worker; idle workers steal
+// them) and joins them.
+template <class Body>
+double spindle_run(unsigned workers, int n, Body& body) {
+    spindle::scheduler sched(spindle::scheduler::options{.workers = workers, .stack_size = fiber_stack_bytes});
+    double t0 = now_ns();
+    sched.spawn([&body, n] {
+             std::vector<spindle::fiber> fs;
+             fs.reserve(static_cast<std::size_t>(n));
+             for (int k = 0; k < n; ++k) fs.push_back(spindle::fiber([&body, k] { body(k); }));
+             for (auto& f : fs) f.join();
+         })
+        .join();
+    return now_ns() - t0;
+}
+
+// OS threads: created first, released together at a gate.
+template <class Body>
+double threads_run(int n, Body& body) {
+    std::atomic<bool> go{false};
+    std::vector<std::thread> ts;
+    ts.reserve(static_cast<std::size_t>(n));
+    for (int k = 0; k < n; ++k)
+        ts.emplace_back([&, k] {
+            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+            body(k);
+        });
+    double t0 = now_ns();
+    go.store(true, std::memory_order_release);
+    for (auto& t : ts) t.join();
+    return now_ns() - t0;
+}
+
+// Boost.Fiber: the calling thread and workers-1 helper threads each install
+// work_stealing(workers) (round_robin when workers == 1: a one-thread
+// work_stealing spins forever trying to steal from itself); the main fiber
+// creates the actors and waits for a fiber-aware count to reach zero. Call
+// only in a forked child (see in_child).
+template <class Body>
+double boost_run(unsigned workers, int n, Body& body) {
+    bf::mutex done_m;
+    bf::condition_variable done_cv;
+    int remaining = n;
+    auto wait_done = [&] {
+        std::unique_lock<bf::mutex> lk(done_m);
+        done_cv.wait(lk, [&] { return remaining == 0; });
+    };
+    std::vector<std::thread> helpers;
+    for (unsigned k = 1; k < workers; ++k)
+        helpers.emplace_back([&] {
+            bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
+            wait_done();
+        });
+    if (workers == 1)
+        bf::use_scheduling_algorithm<bf::algo::round_robin>();
+    else
+        bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
+    double t0 = now_ns();
+    for (int k = 0; k < n; ++k)
+        bf::fiber(std::allocator_arg, bf::fixedsize_stack(fiber_stack_bytes), [&, k] {
+            body(k);
+            std::unique_lock<bf::mutex> lk(done_m);
+            if (--remaining == 0) done_cv.notify_all();
+        }).detach();
+    wait_done();
+    double elapsed = now_ns() - t0;
+    for (auto& h : helpers) h.join();
+    return elapsed;
+}
+
+// Run fn() (returning std::vector<double>) in a forked child and return what
+// it returned. The child ends with _exit: Boost's process-static scheduler
+// registry is never torn down, and the parent never touches Boost.Fiber.
+// (As in ces_bench.cpp.)
+template <class Fn>
+std::vector<double> in_child(const char* what, Fn fn) {
+    int fds[2];
+    if (pipe(fds) != 0) fail("%s: pipe: %s", what, std::strerror(errno));
+    std::fflush(nullptr);
+    pid_t pid = fork();
+    if (pid < 0) fail("%s: fork: %s", what, std::strerror(errno));
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(child_timeout_s);
+        std::vector<double> v = fn();
+        const char* p = reinterpret_cast<const char*>(v.data());
+        std::size_t left = v.size() * sizeof(double);
+        while (left > 0) {
+            ssize_t k = write(fds[1], p, left);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) _exit(3);
+            p += k;
+            left -= static_cast<std::size_t>(k);
+        }
+        close(fds[1]);
+        _exit(0);
+    }
+    close(fds[1]);
+    std::vector<char> bytes;
+    char buf[4096];
+    for (;;) {
+        ssize_t k = read(fds[0], buf, sizeof buf);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) break;
+        bytes.insert(bytes.end(), buf, buf + k);
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) fail("%s: waitpid: %s", what, std::strerror(errno));
+    if (WIFSIGNALED(status))
+        fail("%s: child killed by signal %d%s", what, WTERMSIG(status),
+             WTERMSIG(status) == SIGALRM ? " (timed out)" : "");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("%s: child failed with status %d", what, WEXITSTATUS(status));
+    std::vector<double> v(bytes.size() / sizeof(double));
+    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(double));
+    return v;
+}
+
+// How long a measurement runs. Every measurement runs for about g_target_ns
+// rather than for a fixed count: actor 0 (the latch's coordinator) looks at
+// the clock every few operations and, once its own start + g_target_ns has
+// passed, tells the others to stop at a common point. The metric divides by
+// what was done. On a shared machine a fixed count does not work: the same
+// variant can run 50x slower from one measurement to the next (Boost.Fiber's
+// work-stealing threads spin while idle, and lose their CPU to other
+// processes), and a count fitted to a fast run then takes seconds.
+constexpr long clock_check_every = 16;  // operations between actor 0's clock reads
+
+unsigned fiber_workers(int actors, const run_options& o) {
+    unsigned cap = o.max_workers > 0 ? o.max_workers : g_cpus;
+    return std::max(1u, std::min(static_cast<unsigned>(actors), cap));
+}
+
+// Notes say the same for every point of a sweep, so a report prints each once.
+// fibers_note("party", "parties", o): "one fiber per party on min(parties, 2)
+// spindle workers, 64 KiB stacks".
+std::string fibers_note(const char* per, const char* count_param, const run_options& o) {
+    const unsigned cap = o.max_workers > 0 ? o.max_workers : g_cpus;
+    return std::string("one fiber per ") + per + " on min(" + count_param + ", " + std::to_string(cap) +
+           ") spindle workers, 64 KiB stacks";
+}
+
+std::string threads_note(const char* per) { return std::string("one OS thread per ") + per; }
+
+std::string work_note(const work_table& w) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, "; work between operations: geometric, mean %u ns (table mean %.0f ns)",
+                  w.mean_ns, w.actual_mean_ns);
+    return buf;
+}
+
+// ---------------------------------------------------------------------------
+// barrier
+
+struct phase_counter {
+    long* n;
+    void operator()() noexcept { ++*n; }  // runs once per phase, ordered by the barrier
+};
+
+struct barrier_setup {
+    int parties;
+    unsigned workers;
+    const work_table* work;
+};
+
+// One party: { work; arrive and wait } until the phase party 0 names as the
+// last. Party 0 stores that phase's index before it arrives at it; the
+// others read it after the phase completes, which the barrier orders after
+// the store (relaxed is enough). Returns the phases done (the same for all).
+template <class ArriveAndWait>
+long barrier_party(int k, const barrier_setup& c, std::atomic<long>& last, ArriveAndWait arrive_and_wait) {
+    work_stream ws(*c.work, static_cast<unsigned>(k));
+    const double deadline = k == 0 ? now_ns() + g_target_ns : 0;
+    for (long i = 0;; ++i) {
+        ws();
+        if (k == 0 && i % clock_check_every == 0 && now_ns() >= deadline) last.store(i, std::memory_order_relaxed);
+        arrive_and_wait();
+        if (i >= last.load(std::memory_order_relaxed)) return i + 1;
+    }
+}
+
+// {wall ns, phases} of one measurement of `Barrier`, whose arrive_and_wait
+// is `aw(b)`, on the runner `run`.
+struct barrier_result {
+    double ns;
+    long phases;
+};
+
+void check_phases(const char* who, long counted, long want) {
+    if (counted != want) fail("barrier/%s: %ld phases completed, expected %ld", who, counted, want);
+}
+
+template <class Run, class Wait>
+barrier_result barrier_measure(const barrier_setup& c, Run run, Wait wait_one, const char* who) {
+    std::atomic<long> last{std::numeric_limits<long>::max()};
+    std::vector<long> done(static_cast<std::size_t>(c.parties), 0);
+    auto body = [&](int k) { done[static_cast<std::size_t>(k)] = barrier_party(k, c, last, [&] { wait_one(); }); };
+    double ns = run(c.parties, body);
+    for (long d : done)
+        if (d != done[0]) fail("barrier/%s: parties disagree on the phases done (%ld, %ld)", who, d, done[0]);
+    return {ns, done[0]};
+}
+
+double barrier_spindle(const barrier_setup& c, bool fibers) {
+    long completions = 0;
+    spindle::barrier<phase_counter> b(c.parties, phase_counter{&completions});
+    auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
+    auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+    const char* who = fibers ? "spindle_fiber" : "spindle_thread";
+    auto wait = [&] { b.arrive_and_wait(); };
+    barrier_result r = fibers ? barrier_measure(c, on_fibers, wait, who) : barrier_measure(c, on_threads, wait, who);
+    check_phases(who, completions, r.phases);
+    return r.ns / static_cast<double>(r.phases);
+}
+
+double barrier_std(const barrier_setup& c) {
+    long completions = 0;
+    std::barrier<phase_counter> b(c.parties, phase_counter{&completions});
+    auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+    barrier_result r = barrier_measure(c, on_threads, [&] { b.arrive_and_wait(); }, "std_barrier");
+    check_phases("std_barrier", completions, r.phases);
+    return r.ns / static_cast<double>(r.phases);
+}
+
+double barrier_pthread(const barrier_setup& c) {
+    pthread_barrier_t b;
+    if (pthread_barrier_init(&b, nullptr, static_cast<unsigned>(c.parties)) != 0) fail("pthread_barrier_init failed");
+    std::atomic<long> serial{0};
+    auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+    barrier_result r = barrier_measure(
+        c, on_threads,
+        [&] {
+            if (pthread_barrier_wait(&b) == PTHREAD_BARRIER_SERIAL_THREAD)
+                serial.fetch_add(1, std::memory_order_relaxed);  // a count, read after the joins
+        },
+        "pthread");
+    pthread_barrier_destroy(&b);
+    check_phases("pthread", serial.load(std::memory_order_relaxed), r.phases);
+    return r.ns / static_cast<double>(r.phases);
+}
+
+double barrier_boost(const barrier_setup& c) {
+    std::vector<double> v = in_child("boost_fiber", [&] {
+        bf::barrier b(static_cast<std::size_t>(c.parties));
+        std::atomic<long> serial{0};
+        auto on_boost = [w = c.workers](int n, auto& body) { return boost_run(w, n, body); };
+        barrier_result r = barrier_measure(
+            c, on_boost,
+            [&] {
+                if (b.wait()) serial.fetch_add(1, std::memory_order_relaxed);  // a count, read after the run
+            },
+            "boost_fiber");
+        check_phases("boost_fiber", serial.load(std::memory_order_relaxed), r.phases);
+        return std::vector<double>{r.ns / static_cast<double>(r.phases)};
+    });
+    if (v.size() != 1) fail("boost_fiber: child sent %zu values", v.size());
+    return v[0];
+}
+
+void bench_barrier(harness& h, const run_options& o) {
+    std::vector<unsigned> ps = o.actors;
+    if (ps.empty()) {
+        if (h.quick()) {
+            ps = {2, 4, 8};
+        } else {
+            for (unsigned p = 2; p <= 4 * g_cpus; p *= 2) ps.push_back(p);
+        }
+    }
+    std::vector<unsigned> works = o.work_ns;
+    if (works.empty()) works = h.quick() ? std::vector<unsigned>{200} : std::vector<unsigned>{100, 1000};
+    for (unsigned work : works) {
+        const work_table& wt = work_for(work);
+        for (unsigned p : ps) {
+            if (p < 2) continue;  // one party never waits
+            barrier_setup c{static_cast<int>(p), fiber_workers(static_cast<int>(p), o), &wt};
+            std::vector<variant> vs;
+            vs.push_back(variant("spindle_fiber", [c] { return barrier_spindle(c, true); }, true,
+                                 "spindle::barrier; " + fibers_note("party", "parties", o) + work_note(wt)));
+            vs.push_back(variant("spindle_thread", [c] { return barrier_spindle(c, false); }, false,
+                                 "spindle::barrier; " + threads_note("party")));
+            vs.push_back(variant("std_barrier", [c] { return barrier_std(c); }, false,
+                                 "std::barrier (libstdc++); " + threads_note("party"), "spindle_thread"));
+            vs.push_back(variant("pthread", [c] { return barrier_pthread(c); }, false,
+                                 "pthread_barrier_t (glibc); " + threads_note("party"), "spindle_thread"));
+            vs.push_back(variant(
+                "boost_fiber", [c] { return barrier_boost(c); }, false,
+                "boost::fibers::barrier; one fiber per party on algo::work_stealing over as many threads as "
+                "spindle_fiber has workers (algo::round_robin when that is 1), 64 KiB fixedsize stacks; one forked "
+                "child per measurement",
+                "spindle_fiber"));
+            vs = selected(std::move(vs));
+            if (vs.empty()) continue;
+            h.compare("barrier", {{"parties", static_cast<int>(p)}, {"work_ns", work}}, {"ns_per_phase", false}, vs);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
+// latch
+
+struct latch_setup {
+    int actors;  // count-down actors; the coordinator comes on top
+    int count;   // count-downs per round
+    unsigned workers;
+    const work_table* work;
+};
+
+// Latches are used once, so a measurement builds them all before the clock
+// starts: as many rounds as `rounds_cap`, which each variant keeps at four
+// times what its previous measurement did (the deadline normally ends the
+// run first).
+constexpr long latch_first_cap = 4096;
+constexpr long latch_max_cap = 1L << 20;
+
+// One measurement of fork-join rounds with latches of type L (make(n) builds
+// one of count n) on the runner `run`; ns per round. Updates rounds_cap.
+template <class L, class Make, class Run>
+double latch_rounds(const latch_setup& c, long& rounds_cap, Make make, Run run, const char* who) {
+    const long cap = rounds_cap;
+    std::vector<std::unique_ptr<L>> start, done;
+    start.reserve(static_cast<std::size_t>(cap));
+    done.reserve(static_cast<std::size_t>(cap));
+    for (long r = 0; r < cap; ++r) {
+        start.push_back(make(1));
+        done.push_back(make(c.count));
+    }
+    // The coordinator stores the last round's index before it opens that
+    // round's start latch; the actors read it after that latch opened.
+    std::atomic<long> last{std::numeric_limits<long>::max()};
+    long rounds = 0;
+    auto body = [&](int k) {
+        if (k == c.actors) {  // the coordinator: the one waiter of each done latch
+            const double deadline = now_ns() + g_target_ns;
+            for (long r = 0;; ++r) {
+                const bool final_round = r + 1 == cap || now_ns() >= deadline;
+                if (final_round) last.store(r, std::memory_order_relaxed);
+                start[static_cast<std::size_t>(r)]->count_down();
+                done[static_cast<std::size_t>(r)]->wait();
+                if (!done[static_cast<std::size_t>(r)]->try_wait()) fail("latch/%s: wait() returned on a closed latch", who);
+                if (final_round) {
+                    rounds = r + 1;  // read after the joins
+                    return;
+                }
+            }
+        }
+        work_stream ws(*c.work, static_cast<unsigned>(k));
+        for (long r = 0;; ++r) {
+            start[static_cast<std::size_t>(r)]->wait();
+            L& d = *done[static_cast<std::size_t>(r)];
+            for (int j = k; j < c.count; j += c.actors) {
+                ws();
+                d.count_down();
+            }
+            if (r >= last.load(std::memory_order_relaxed)) return;
+        }
+    };
+    double ns = run(c.actors + 1, body);
+    if (rounds < 1) fail("latch/%s: the coordinator did not finish", who);
+    rounds_cap = std::clamp(4 * rounds, 64L, latch_max_cap);
+    return ns / static_cast<double>(rounds);
+}
+
+void bench_latch(harness& h, const run_options& o) {
+    std::vector<unsigned> ts = o.actors;
+    if (ts.empty()) {
+        if (h.quick()) {
+            ts = {1, 2, 4};
+        } else {
+            for (unsigned t = 1; t <= 4 * g_cpus; t *= 2) ts.push_back(t);
+        }
+    }
+    std::vector<unsigned> works = o.work_ns;
+    if (works.empty()) works = {200};
+    std::vector<int> counts = h.quick() ? std::vector<int>{64} : std::vector<int>{64, 1024};
+    for (unsigned work : works)
+        for (int count : counts)
+            for (unsigned t : ts) {
+                const work_table& wt = work_for(work);
+                latch_setup c{static_cast<int>(t), count, fiber_workers(static_cast<int>(t), o), &wt};
+                auto spindle_make = [](std::ptrdiff_t n) { return std::make_unique<spindle::latch>(n); };
+                auto std_make = [](std::ptrdiff_t n) { return std::make_unique<std::latch>(n); };
+                auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
+                auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+                // Each variant's rounds cap, kept between its measurements.
+                auto cap = [] { return std::make_shared<long>(latch_first_cap); };
+                const std::string shape = "threads = count-down actors; ";
+                std::vector<variant> vs;
+                vs.push_back(variant(
+                    "spindle_fiber",
+                    [=, n = cap()] {
+                        return latch_rounds<spindle::latch>(c, *n, spindle_make, on_fibers, "spindle_fiber");
+                    },
+                    true,
+                    "spindle::latch; " + shape + fibers_note("actor and one for the coordinator", "threads", o) +
+                        work_note(wt)));
+                vs.push_back(variant(
+                    "spindle_thread",
+                    [=, n = cap()] {
+                        return latch_rounds<spindle::latch>(c, *n, spindle_make, on_threads, "spindle_thread");
+                    },
+                    false, "spindle::latch; " + shape + threads_note("actor") + ", plus the coordinator's"));
+                vs.push_back(variant(
+                    "std_latch",
+                    [=, n = cap()] { return latch_rounds<std::latch>(c, *n, std_make, on_threads, "std_latch"); },
+                    false, "std::latch (libstdc++); " + shape + threads_note("actor") + ", plus the coordinator's",
+                    "spindle_thread"));
+                vs = selected(std::move(vs));
+                if (vs.empty()) continue;
+                h.compare("latch", {{"threads", t}, {"count", count}, {"work_ns", work}}, {"ns_per_round", false},
+                          vs);
+            }
+}
+
+// ---------------------------------------------------------------------------
+// semaphore
+
+struct sem_setup {
+    int actors;
+    int permits;
+    unsigned workers;
+    const work_table* work;
+};
+
+// One measurement: every actor runs { work; acquire; work; release } until
+// actor 0 raises `stop` (relaxed: it only ends the loop; the joins order
+// the counts). Returns acquisitions per second.
+template <class Sem, class Run>
+double sem_run(const sem_setup& c, Sem& s, Run run, const char* who) {
+    long inside = 0;  // K = 1 only: a lost update means mutual exclusion failed
+    const bool exclusive = c.permits == 1;
+    std::atomic<bool> stop{false};
+    std::vector<long> ops(static_cast<std::size_t>(c.actors), 0);
+    auto body = [&](int k) {
+        work_stream ws(*c.work, static_cast<unsigned>(k));
+        const double deadline = k == 0 ? now_ns() + g_target_ns : 0;
+        long n = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+            ws();
+            s.acquire();
+            if (exclusive) ++inside;
+            ws();
+            s.release();
+            ++n;
+            if (k == 0 && n % clock_check_every == 0 && now_ns() >= deadline) stop.store(true, std::memory_order_relaxed);
+        }
+        ops[static_cast<std::size_t>(k)] = n;
+    };
+    double ns = run(c.actors, body);
+    long total = 0;
+    for (long n : ops) total += n;
+    if (exclusive && inside != total)
+        fail("semaphore/%s: %ld acquisitions counted under one permit, expected %ld", who, inside, total);
+    return static_cast<double>(total) / (ns * 1e-9);
+}
+
+void bench_semaphore(harness& h, const run_options& o) {
+    std::vector<unsigned> ts = o.actors;
+    if (ts.empty()) {
+        if (h.quick()) {
+            ts = {1, 2, 4, 8};
+        } else {
+            for (unsigned t = 1; t <= 4 * g_cpus; t *= 2) ts.push_back(t);
+        }
+    }
+    std::vector<unsigned> ks = o.permits;
+    if (ks.empty()) ks = h.quick() ? std::vector<unsigned>{1, 4, 16} : std::vector<unsigned>{1, 2, 4, 8, 16};
+    std::vector<unsigned> works = o.work_ns;
+    if (works.empty()) works = {200};
+    for (unsigned work : works)
+        for (unsigned k : ks)
+            for (unsigned t : ts) {
+                const work_table& wt = work_for(work);
+                sem_setup c{static_cast<int>(t), static_cast<int>(k), fiber_workers(static_cast<int>(t), o), &wt};
+                auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
+                auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+                std::vector<variant> vs;
+                vs.push_back(variant(
+                    "spindle_fiber",
+                    [=] {
+                        spindle::counting_semaphore<> s(k);
+                        return sem_run(c, s, on_fibers, "spindle_fiber");
+                    },
+                    true, "spindle::counting_semaphore; " + fibers_note("acquirer", "threads", o) + work_note(wt)));
+                vs.push_back(variant(
+                    "spindle_thread",
+                    [=] {
+                        spindle::counting_semaphore<> s(k);
+                        return sem_run(c, s, on_threads, "spindle_thread");
+                    },
+                    false, "spindle::counting_semaphore; " + threads_note("acquirer")));
+                vs.push_back(variant(
+                    "std_counting_semaphore",
+                    [=] {
+                        std::counting_semaphore<> s(k);
+                        return sem_run(c, s, on_threads, "std_counting_semaphore");
+                    },
+                    false,
+                    "std::counting_semaphore (libstdc++: atomic word, futex wait, not fair); " +
+                        threads_note("acquirer"),
+                    "spindle_thread"));
+                vs.push_back(variant(
+                    "spinlock_queue",
+                    [=] {
+                        spindle::bench::spinlock_queue_semaphore s(k);
+                        return sem_run(c, s, on_fibers, "spinlock_queue");
+                    },
+                    false,
+                    "fair semaphore, count + intrusive FIFO under a spinlock, same parking "
+                    "(spinlock_queue_semaphore.hpp); " +
+                        fibers_note("acquirer", "threads", o),
+                    "spindle_fiber"));
+                vs.push_back(variant(
+                    "spinlock_queue_thread",
+                    [=] {
+                        spindle::bench::spinlock_queue_semaphore s(k);
+                        return sem_run(c, s, on_threads, "spinlock_queue_thread");
+                    },
+                    false, "the spinlock-queue semaphore; " + threads_note("acquirer"), "spindle_thread"));
+                vs = selected(std::move(vs));
+                if (vs.empty()) continue;
+                h.compare("semaphore", {{"permits", k}, {"threads", t}, {"work_ns", work}}, {"ops_per_s", true},
+                          vs);
+            }
+}
+
+// ---------------------------------------------------------------------------
+// abort
+
+struct unit {};
+
+// The three queues of the abort workload, each with no waiter or with Q.
+struct abort_queues {
+    spindle::detail::cqs<unit> simple{spindle::detail::cqs_cancellation::simple};
+    spindle::counting_semaphore<> smart{0};
+    spindle::bench::linear_removal_semaphore linear{0};
+};
+
+enum class abort_kind { simple, smart, linear };
+
+// Q waiters parked on each queue of `loaded`, fibers on one worker; `empty`
+// has the same queues with nobody waiting, measured alongside in the same
+// rounds so that background load cancels out of the growth ratio.
+class abort_rig {
+public:
+    // with_linear: queue waiters on the linear queue too.
+    abort_rig(long q, bool with_linear)
+        : q_(q),
+          with_linear_(with_linear && variant_wanted("linear_removal")),
+          sched_(spindle::scheduler::options{.workers = 1, .stack_size = queued_stack_bytes}) {
+        stop_.request_stop();
+        waiters_.reserve(static_cast<std::size_t>(3 * q));
+        for (long i = 0; i < q; ++i) {
+            if (variant_wanted("spindle_simple"))
+                waiters_.push_back(sched_.spawn([this] {
+                    queued_.fetch_add(1, std::memory_order_relaxed);
+                    auto r = loaded_.simple.suspend();
+                    if (r.status != spindle::detail::cqs_status::resumed) fail("abort: a queued cqs waiter was not resumed");
+                }));
+            if (variant_wanted("spindle_smart"))
+                waiters_.push_back(sched_.spawn([this] {
+                    queued_.fetch_add(1, std::memory_order_relaxed);
+                    loaded_.smart.acquire();
+                }));
+            if (with_linear_)
+                waiters_.push_back(sched_.spawn([this] {
+                    queued_.fetch_add(1, std::memory_order_relaxed);
+                    loaded_.linear.acquire();
+                }));
+        }
+        // Every waiter counts itself just before it waits; on one worker the
+        // last one to count runs on until it parks, so a fiber spawned after
+        // the count is complete runs after every waiter has parked.
+        const long want = static_cast<long>(waiters_.size());
+        while (queued_.load(std::memory_order_relaxed) != want) std::this_thread::sleep_for(std::chrono::microseconds(200));
+        sched_.spawn([] {}).join();
+        if (variant_wanted("spindle_smart") && loaded_.smart.debug_count() != -q)
+            fail("abort: counting_semaphore counts %lld waiters, expected %ld",
+                 static_cast<long long>(-loaded_.smart.debug_count()), q);
+    }
+
+    ~abort_rig() {
+        const bool simple = variant_wanted("spindle_simple"), smart = variant_wanted("spindle_smart"),
+                   linear = with_linear_;
+        for (long i = 0; i < q_; ++i) {
+            if (simple && !loaded_.simple.resume(unit{})) fail("abort: resume of a queued cqs waiter failed");
+            if (linear) loaded_.linear.release();
+        }
+        if (smart) loaded_.smart.release(q_);
+        for (auto& f : waiters_) f.join();
+    }
+    abort_rig(const abort_rig&) = delete;
+    abort_rig& operator=(const abort_rig&) = delete;
+
+    // One suspend + cancellation (see the header essay), on the loaded
+    // queue or its empty twin.
+    void abort_once(abort_kind k, bool loaded) {
+        abort_queues& a = loaded ? loaded_ : empty_;
+        switch (k) {
+        case abort_kind::simple: {
+            std::stop_token st = stop_.get_token();
+            auto r = a.simple.suspend(spindle::detail::no_deadline, &st);
+            if (r.status != spindle::detail::cqs_status::cancelled)
+                fail("abort/spindle_simple: a stopped wait was not cancelled");
+            break;
+        }
+        case abort_kind::smart:
+            if (a.smart.acquire(stop_.get_token())) fail("abort/spindle_smart: a stopped acquire got a permit");
+            break;
+        case abort_kind::linear:
+            if (a.linear.acquire(stop_.get_token())) fail("abort/linear_removal: a stopped acquire got a permit");
+            break;
+        }
+    }
+
+    // Run fn() on this thread, or in a fiber on the waiters' worker.
+    template <class Fn>
+    auto on_waiter(bool in_fiber, Fn fn) -> decltype(fn()) {
+        if (!in_fiber) return fn();
+        decltype(fn()) r{};
+        sched_.spawn([&] { r = fn(); }).join();
+        return r;
+    }
+
+private:
+    long q_;
+    bool with_linear_;
+    spindle::scheduler sched_;
+    abort_queues loaded_;
+    abort_queues empty_;
+    std::stop_source stop_;
+    std::atomic<long> queued_{0};
+    std::vector<spindle::fiber> waiters_;
+};
+
+// Time `kind` on the loaded queue and on the empty one, alternating batches
+// of 1, 2, 4, ... 32 calls, until a third of the measurement target has
+// passed: {median ns per call loaded, median ns per call empty} over the
+// batches. Alternating at this grain puts the same background load on
+// both; the median, not the total, drops the batches during which another
+// process had the CPU (on a shared machine a few milliseconds of someone
+// else's time slice would otherwise land on whichever batch it hit).
+std::pair<double, double> time_aborts(abort_rig& rig, abort_kind kind) {
+    const double target = g_target_ns / 3;
+    std::vector<double> loaded, empty;
+    long n = 1;
+    const double t0 = now_ns();
+    do {
+        const double a = now_ns();
+        for (long i = 0; i < n; ++i) rig.abort_once(kind, true);
+        const double b = now_ns();
+        for (long i = 0; i < n; ++i) rig.abort_once(kind, false);
+        const double c = now_ns();
+        loaded.push_back((b - a) / static_cast<double>(n));
+        empty.push_back((c - b) / static_cast<double>(n));
+        n = std::min(2 * n, 32L);
+    } while (now_ns() - t0 < target);
+    return {harness::summarize("", loaded).median, harness::summarize("", empty).median};
+}
+
+void bench_abort(harness& h, const run_options& o) {
+    std::vector<unsigned> qs = o.queued;
+    if (qs.empty()) qs = {0, 10, 100, 1000, 10000, 100000};
+    std::sort(qs.begin(), qs.end());
+    std::vector<const char*> waiters;
+    if (g_abort_waiter != "fiber") waiters.push_back("thread");
+    if (g_abort_waiter != "thread") waiters.push_back("fiber");
+    const std::string queued_note = "; the queued waiters are parked fibers on 1 worker, 16 KiB stacks";
+    const int reps = h.reps(11, 15);  // cheap points: more rounds against noise
+    const char* names[] = {"spindle_simple", "spindle_smart", "linear_removal"};
+    const abort_kind kinds[] = {abort_kind::simple, abort_kind::smart, abort_kind::linear};
+    const std::string what[] = {
+        "detail::cqs<unit>(cqs_cancellation::simple), suspend(no_deadline, &stop_token)",
+        "spindle::counting_semaphore (smart cancellation), acquire(stop_token)",
+        "linear_removal_semaphore.hpp: singly linked FIFO under a spinlock, a cancelled node is unlinked by a "
+        "scan from the head; acquire(stop_token)",
+    };
+    // Medians per (waiter, variant) and queue length, for the target lines.
+    std::map<std::string, std::vector<std::pair<unsigned, double>>> medians;
+    // --quick measures the linear queue up to 10 000 waiters only: beyond, one
+    // of its aborts walks 100 000 stacks (tens of ms), and its waiters add a
+    // third to the set-up time of the longest queue.
+    const unsigned linear_max = h.quick() ? 10000 : ~0u;
+    for (unsigned q : qs) {
+        const bool with_linear = q <= linear_max;
+        double t0 = now_ns();
+        abort_rig rig(q, with_linear);
+        std::fprintf(stderr, "  (abort: %u waiters queued on each primitive in %.0f ms)\n", q, (now_ns() - t0) / 1e6);
+        for (const char* waiter : waiters) {
+            const bool from_fiber = std::string(waiter) == "fiber";
+            const std::string how =
+                from_fiber ? "; the waiter under test is a fiber on the queued waiters' worker, its stop requested "
+                             "before it calls: it enqueues, is claimed, parks (a switch to the worker loop and "
+                             "straight back: its wake-up is already there) and cancels"
+                           : "; the waiter under test is an OS thread, its stop requested before it calls: it "
+                             "enqueues, is claimed, does not sleep (spindle's thread unpark still makes one "
+                             "futex_wake call) and cancels";
+            // Per variant, loaded / empty of every measurement, the warm-up first.
+            std::map<std::string, std::vector<double>> growth;
+            std::vector<variant> vs;
+            for (int i = 0; i < 3; ++i) {
+                const std::string name = names[i];
+                const abort_kind kind = kinds[i];
+                if (kind == abort_kind::linear && !with_linear) continue;
+                vs.push_back(variant(
+                    name,
+                    [&rig, &growth, name, kind, from_fiber] {
+                        auto [loaded, empty] = rig.on_waiter(from_fiber, [&] { return time_aborts(rig, kind); });
+                        growth[name].push_back(loaded / empty);
+                        return loaded;
+                    },
+                    kind == abort_kind::smart, what[i] + how + queued_note));
+            }
+            vs = selected(std::move(vs));
+            if (vs.empty()) continue;
+            const params ps{{"queued", q}, {"waiter", waiter}};
+            auto res = h.compare("abort", ps, {"ns_per_op", false}, vs, reps);
+            std::map<std::string, const summary*> at_q;
+            for (auto& s : res) {
+                medians[std::string(waiter) + " " + s.variant].emplace_back(q, s.median);
+                at_q[s.variant] = &s;
+            }
+            // Growth: the same rounds' loaded/empty ratios, warm-up dropped.
+            for (const char* name : names) {
+                auto g = growth.find(name);
+                if (g == growth.end() || g->second.size() < 2) continue;
+                std::vector<double> ratios(g->second.begin() + 1, g->second.end());
+                h.report("abort", ps, {"growth_from_empty", false}, harness::summarize(name, ratios),
+                         std::string(name) == "spindle_smart",
+                         "ns per abort with the queue loaded / on an empty twin of the same primitive, timed in "
+                         "alternating batches within each measurement (median of the measurements' ratios); "
+                         "target for spindle: <= 1.5 at queued=100000");
+            }
+            // Speed-up over the linear queue: ratios within each round.
+            auto lin = at_q.find("linear_removal");
+            if (lin == at_q.end()) continue;
+            for (const char* name : {"spindle_simple", "spindle_smart"}) {
+                auto it = at_q.find(name);
+                if (it == at_q.end()) continue;
+                const std::vector<double>& a = lin->second->samples;
+                const std::vector<double>& b = it->second->samples;
+                std::vector<double> ratios;
+                for (std::size_t r = 0; r < a.size() && r < b.size(); ++r) ratios.push_back(a[r] / b[r]);
+                h.report("abort", ps, {"speedup_vs_linear_removal", true}, harness::summarize(name, ratios),
+                         std::string(name) == "spindle_smart",
+                         "linear_removal's ns per abort / this variant's, round by round (the harness measures "
+                         "every variant once per round); target: >= 50 at queued=10000");
+            }
+        }
+    }
+    // The issue's targets, spelled out on stderr.
+    auto median_at = [&](const std::string& key, unsigned q) -> double {
+        auto it = medians.find(key);
+        if (it == medians.end()) return 0;
+        for (auto& [qq, m] : it->second)
+            if (qq == q) return m;
+        return 0;
+    };
+    for (const char* waiter : waiters)
+        for (const char* name : {"spindle_simple", "spindle_smart"}) {
+            const std::string key = std::string(waiter) + " " + name;
+            const double lo = median_at(key, qs.front()), hi = median_at(key, qs.back());
+            const double lin = median_at(std::string(waiter) + " linear_removal", 10000);
+            const double at10k = median_at(key, 10000);
+            if (lo > 0 && hi > 0 && qs.back() != qs.front())
+                std::fprintf(stderr, "  abort target (%s waiter), %s: median at queued=%u / at queued=%u = %.2f (<= 1.5)\n",
+                             waiter, name, qs.back(), qs.front(), hi / lo);
+            if (lin > 0 && at10k > 0)
+                std::fprintf(stderr, "  abort target (%s waiter), %s: linear_removal / %s at queued=10000 = %.0f (>= 50)\n",
+                             waiter, name, name, lin / at10k);
+        }
+}
+
+// ---------------------------------------------------------------------------
+// pool
+//
+// TODO(pool): the CQS paper's blocking pools (§6.4; BENCHMARKS.md: take ->
+// work -> put, pool sizes 1..16; spindle queue pool and stack pool against a
+// std::mutex + std::condition_variable queue). There is no pool primitive in
+// spindle yet (include/spindle/sync/pool.hpp is being written); when it
+// lands, add the workload here with params {pool_size, threads, work_ns},
+// variants spindle_queue_pool / spindle_stack_pool (fibers and threads) and
+// std_mutex_cv, and no records are written until then.
+void bench_pool(harness&, const run_options&) {
+    std::fprintf(stderr, "  cqs/pool: skipped: no spindle pool primitive yet (include/spindle/sync/pool.hpp)\n");
+}
+
+// ---------------------------------------------------------------------------
+// Command line
+
+std::vector<unsigned> parse_list(const std::string& s, const char* what, unsigned lo) {
+    std::vector<unsigned> out;
+    std::size_t i = 0;
+    while (i <= s.size()) {
+        std::size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        std::string item = s.substr(i, j - i);
+        char* end = nullptr;
+        long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < static_cast<long>(lo) || v > 10'000'000)
+            fail("bad %s '%s' in '%s'", what, item.c_str(), s.c_str());
+        out.push_back(static_cast<unsigned>(v));
+        i = j + 1;
+    }
+    if (out.empty()) fail("empty %s list", what);
+    return out;
+}
+
+// Takes this program's own arguments out of argv, leaving the harness's.
+run_options take_own_args(int& argc, char** argv) {
+    run_options o;
+    if (const char* env = std::getenv("SPINDLE_BENCH_WORKERS"); env != nullptr && *env != '\0')
+        o.actors = parse_list(env, "thread count", 1);
+    int out = 1;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        bool takes_value = a == "--threads" || a == "--workers" || a == "--max-workers" || a == "--work-ns" ||
+                           a == "--permits" || a == "--queued" || a == "--variants" ||
+                           a == "--abort-waiter";
+        if (takes_value && i + 1 >= argc) fail("missing value after %s", a.c_str());
+        if (a == "--threads" || a == "--workers") {
+            o.actors = parse_list(argv[++i], "thread count", 1);
+        } else if (a == "--max-workers") {
+            o.max_workers = parse_list(argv[++i], "worker count", 1).front();
+        } else if (a == "--work-ns") {
+            o.work_ns = parse_list(argv[++i], "work mean", 0);
+        } else if (a == "--permits") {
+            o.permits = parse_list(argv[++i], "permit count", 1);
+        } else if (a == "--queued") {
+            o.queued = parse_list(argv[++i], "queue length", 0);
+        } else if (a == "--abort-waiter") {
+            g_abort_waiter = argv[++i];
+            if (g_abort_waiter != "thread" && g_abort_waiter != "fiber" && g_abort_waiter != "both")
+                fail("--abort-waiter wants thread, fiber or both, not '%s'", g_abort_waiter.c_str());
+        } else if (a == "--variants") {
+            std::string list = argv[++i];
+            for (std::size_t b = 0; b <= list.size();) {
+                std::size_t e = list.find(',', b);
+                if (e == std::string::npos) e = list.size();
+                if (e > b) g_variant_filter.push_back(list.substr(b, e - b));
+                b = e + 1;
+            }
+        } else {
+            if (a == "--help" || a == "-h")
+                std::fprintf(stderr,
+                             "spindle_bench_cqs also takes: [--threads 1,2,4,...] (alias --workers, or "
+                             "SPINDLE_BENCH_WORKERS) [--max-workers N] [--work-ns 100,1000] [--permits 1,4,16] "
+                             "[--queued 0,100,10000] [--variants spindle_fiber,std_barrier,...]\n");
+            argv[out++] = argv[i];
+        }
+    }
+    argc = out;
+    argv[argc] = nullptr;
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    run_options o = take_own_args(argc, argv);
+    harness h(argc, argv, "cqs");
+    g_cpus = std::max(1u, std::thread::hardware_concurrency());
+    g_target_ns = h.quick() ? 30e6 : 100e6;
+    calibrate_spin();
+    if (h.wants("barrier")) bench_barrier(h, o);
+    if (h.wants("latch")) bench_latch(h, o);
+    if (h.wants("semaphore")) bench_semaphore(h, o);
+    if (h.wants("abort")) bench_abort(h, o);
+    if (h.wants("pool")) bench_pool(h, o);
+    return 0;
+}
