@@ -289,6 +289,31 @@ class SweepTest(unittest.TestCase):
         self.assertIn("![switch hanoi: ns_per_op](switch_hanoi.png)", text)
         self.assertNotIn("| variant | median |", text)
 
+    def test_fractional_axis_with_facets(self):
+        # ces/rw: writer_pct 50, 25, 12.5, 6.25 (ints and floats mixed in
+        # JSON) per worker count; ratios of spindle_ces to every other variant.
+        records = []
+        for w in (1, 2):
+            for pct in (50, 25, 12.5, 6.25):
+                p = {"tasks": 5000, "workers": w, "iterations": 6, "writer_pct": pct}
+                records += [rec(v, m * w, suite="ces", workload="rw", params=p,
+                                metric="ops_per_s", higher_is_better=True,
+                                **({"reference": True} if v == "spindle_ces" else {}))
+                            for v, m in (("spindle_ces", 300.0), ("spindle_dispatch", 200.0),
+                                         ("spindle_inline", 100.0), ("std_shared_mutex", 150.0))]
+        view = bench.workload_views(bench.group_records(records))[0]
+        sweep = bench.find_sweep(view.groups)
+        self.assertEqual(sweep.axis, "writer_pct")
+        self.assertEqual([f.fixed for f in sweep.facets], [{"workers": 1}, {"workers": 2}])
+        self.assertEqual([g.params["writer_pct"] for g in sweep.facets[0].groups],
+                         [6.25, 12.5, 25, 50])
+        text = "\n".join(bench.render_view(view, None))
+        self.assertIn("| writer_pct | spindle_ces | spindle_dispatch | spindle_inline | "
+                      "std_shared_mutex | spindle_ces vs spindle_dispatch | "
+                      "spindle_ces vs spindle_inline | spindle_ces vs std_shared_mutex |", text)
+        self.assertIn("| 6.25 | 600.0 | 400.0 | 200.0 | 300.0 | 1.50× | 3.00× | 2.00× |", text)
+        self.assertIn("| 50 | 300.0 | 200.0 | 100.0 | 150.0 | 1.50× | 3.00× | 2.00× |", text)
+
     def test_sweep_with_missing_variant(self):
         records = [r for r in hanoi_records()
                    if not (r["variant"] == "boost_context" and r["params"]["disks"] == 3)]

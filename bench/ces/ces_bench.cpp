@@ -16,6 +16,16 @@
 //                  inside the lock, L in {0, 250, 1000, 2500, 7500} (Fig. 10):
 //                  the longer the critical section, the smaller the share of
 //                  the handoff in the critical path.
+//   rw             The same task loop on a fair reader-writer mutex (Fig. 11):
+//                  each iteration draws p and, with probability 1/d, takes the
+//                  lock exclusively and inserts (p, p) (a writer), else takes
+//                  it shared and looks p up (a reader); then factors(p).
+//                  writer_pct = 100/d in {50, 25, 12.5, 6.25}. A writer's
+//                  unlock hands over to one waiter inline (ces) and dispatches
+//                  the other readers of the next phase, so the fewer writers,
+//                  the smaller the share of handoffs without queuing delay.
+//                  Metric ops_per_s = T*I / wall time. --quick: W = 2 only,
+//                  3 measured rounds.
 //   queuing-delay  The mutex loop, instrumented (§6.5, Fig. 15): for every
 //                  acquisition that had to wait (try_lock failed, then lock()),
 //                  the time from the previous owner's unlock() (a timestamp it
@@ -55,6 +65,10 @@
 //                     once its queue runs empty.
 //   std_mutex         std::mutex with W OS threads; thread k runs tasks k,
 //                     k+W, k+2W, ... one after another (same total work).
+// For rw the spindle variants use spindle::shared_mutex with the same
+// policies, std_shared_mutex is std::shared_mutex on W OS threads as
+// std_mutex (glibc's rwlock: readers preferred, not FIFO), and there is no
+// boost_fiber: Boost.Fiber has no shared mutex.
 //
 // Every variant runs the same task body (a template over the mutex type),
 // with the same per-task random sequence (seeded from the task index), and
@@ -74,6 +88,7 @@
 #include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/mutex.hpp>
+#include <spindle/sync/shared_mutex.hpp>
 
 #include <boost/fiber/algo/round_robin.hpp>
 #include <boost/fiber/algo/work_stealing.hpp>
@@ -97,8 +112,10 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -510,6 +527,134 @@ void bench_cs_length(harness& h, const run_options& o) {
 }
 
 // ---------------------------------------------------------------------------
+// rw: the Fig. 8 loop on a reader-writer mutex, one writer in `writer_every`.
+
+struct rw_state {
+    std::map<unsigned, unsigned> map;  // guarded by the shared mutex under test
+    long long writes = 0;              // guarded (exclusively): insertions made
+    std::atomic<long long> reads{0};   // lookups made, added once per task
+    std::atomic<long long> torn{0};    // lookups that found a wrong value
+};
+
+template <class SharedMutex>
+void rw_task(SharedMutex& m, rw_state& s, int task, int iterations, unsigned writer_every) {
+    rng r = task_rng(task);
+    long long reads = 0, torn = 0;
+    for (int i = 0; i < iterations; ++i) {
+        unsigned p = r.prime();
+        if (r.next() % writer_every == 0) {
+            m.lock();
+            s.map.insert({p, p});
+            ++s.writes;  // not atomic: a lost update means exclusion failed
+            m.unlock();
+        } else {
+            m.lock_shared();
+            auto it = s.map.find(p);
+            if (it != s.map.end() && it->second != p) ++torn;
+            m.unlock_shared();
+            ++reads;
+        }
+        do_not_optimize(factors(p));
+    }
+    s.reads.fetch_add(reads, std::memory_order_relaxed);  // summed after the run
+    s.torn.fetch_add(torn, std::memory_order_relaxed);
+}
+
+// {writes, distinct keys written} that T tasks of I iterations make (replays
+// the RNGs).
+std::pair<long long, std::size_t> rw_expected(int tasks, int iterations, unsigned writer_every) {
+    static std::map<std::tuple<int, int, unsigned>, std::pair<long long, std::size_t>> cache;
+    auto key = std::make_tuple(tasks, iterations, writer_every);
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    std::vector<char> seen(sieve_max + 1, 0);
+    long long writes = 0;
+    std::size_t keys = 0;
+    for (int t = 0; t < tasks; ++t) {
+        rng r = task_rng(t);
+        for (int i = 0; i < iterations; ++i) {
+            unsigned p = r.prime();
+            if (r.next() % writer_every != 0) continue;
+            ++writes;
+            if (!seen[p]) {
+                seen[p] = 1;
+                ++keys;
+            }
+        }
+    }
+    return cache[key] = {writes, keys};
+}
+
+void verify_rw(const rw_state& s, int tasks, int iterations, unsigned writer_every, const char* who) {
+    const auto [writes, keys] = rw_expected(tasks, iterations, writer_every);
+    const long long total = static_cast<long long>(tasks) * iterations;
+    if (s.writes != writes) fail("%s: %lld insertions counted under the lock, expected %lld", who, s.writes, writes);
+    if (s.reads.load() != total - writes)
+        fail("%s: %lld lookups, expected %lld", who, s.reads.load(), total - writes);
+    if (s.torn.load() != 0) fail("%s: %lld lookups found a wrong value", who, s.torn.load());
+    if (s.map.size() != keys) fail("%s: map holds %zu keys, expected %zu", who, s.map.size(), keys);
+    for (const auto& [k, v] : s.map)
+        if (k != v) fail("%s: map[%u] = %u", who, k, v);
+}
+
+struct rw_setup {
+    unsigned workers;
+    int tasks;
+    int iterations;
+    unsigned writer_every;  // writer share 100/writer_every %
+    double ops() const { return static_cast<double>(tasks) * iterations; }
+};
+
+double spindle_rw(const rw_setup& c, spindle::handoff policy, const char* who) {
+    rw_state s;
+    spindle::shared_mutex m(policy);
+    auto body = [&](int t) { rw_task(m, s, t, c.iterations, c.writer_every); };
+    double ns = spindle_run(c.workers, c.tasks, body);
+    verify_rw(s, c.tasks, c.iterations, c.writer_every, who);
+    return c.ops() / (ns * 1e-9);
+}
+
+double std_rw(const rw_setup& c) {
+    rw_state s;
+    std::shared_mutex m;
+    auto body = [&](int t) { rw_task(m, s, t, c.iterations, c.writer_every); };
+    double ns = threads_run(c.workers, c.tasks, body);
+    verify_rw(s, c.tasks, c.iterations, c.writer_every, "std_shared_mutex");
+    return c.ops() / (ns * 1e-9);
+}
+
+std::vector<variant> rw_variants(const rw_setup& c) {
+    std::string w = std::to_string(c.workers);
+    return {
+        {"spindle_ces", [c] { return spindle_rw(c, spindle::handoff::ces, "spindle_ces"); }, true,
+         "spindle::shared_mutex(handoff::ces), spindle::scheduler with " + w + " workers, 64 KiB stacks; " +
+             g_factors_note},
+        {"spindle_dispatch", [c] { return spindle_rw(c, spindle::handoff::dispatch, "spindle_dispatch"); }, false,
+         "spindle::shared_mutex(handoff::dispatch), " + w + " workers"},
+        {"spindle_inline", [c] { return spindle_rw(c, spindle::handoff::inline_resume, "spindle_inline"); }, false,
+         "spindle::shared_mutex(handoff::inline_resume), " + w + " workers"},
+        {"std_shared_mutex", [c] { return std_rw(c); }, false,
+         "std::shared_mutex (glibc pthread_rwlock_t, readers preferred), " + w + " OS threads, each running tasks/" +
+             w + " tasks in turn"},
+    };
+}
+
+void bench_rw(harness& h, const run_options& o) {
+    const int tasks = 5000;
+    const int iterations = loop_iterations(h, o);
+    std::vector<unsigned> ws = o.workers;
+    if (ws.empty()) ws = h.quick() ? std::vector<unsigned>{2} : worker_list(h, o);
+    for (unsigned w : ws)
+        for (unsigned every : {2u, 4u, 8u, 16u}) {  // writers 50, 25, 12.5, 6.25 %
+            rw_setup c{w, tasks, iterations, every};
+            h.compare("rw",
+                      {{"tasks", tasks}, {"workers", w}, {"iterations", iterations},
+                       {"writer_pct", 100.0 / every}},
+                      {"ops_per_s", true}, selected(rw_variants(c)), h.reps(3, 7));
+        }
+}
+
+// ---------------------------------------------------------------------------
 // queuing-delay: the Fig. 8 loop with timestamps.
 
 struct delay_state {
@@ -802,6 +947,7 @@ int main(int argc, char** argv) {
     calibrate_factors();
     if (h.wants("mutex")) bench_mutex(h, o);
     if (h.wants("cs-length")) bench_cs_length(h, o);
+    if (h.wants("rw")) bench_rw(h, o);
     if (h.wants("queuing-delay")) bench_queuing_delay(h, o);
     if (h.wants("locality")) bench_locality(h, o);
     return 0;

@@ -62,7 +62,14 @@ struct param {
     param(std::string k, int v) : param(std::move(k), static_cast<long long>(v)) {}
     param(std::string k, unsigned v) : param(std::move(k), static_cast<long long>(v)) {}
     param(std::string k, std::size_t v) : param(std::move(k), static_cast<long long>(v)) {}
+    // A fractional value (e.g. writer_pct 6.25), written with %g: 50 -> 50.
+    param(std::string k, double v) : key(std::move(k)), json(number(v)) {}
     param(std::string k, const char* v) : key(std::move(k)), json(quote(v)) {}
+    static std::string number(double v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.6g", v);
+        return buf;
+    }
     static std::string quote(const std::string& s) {
         std::string o = "\"";
         for (char c : s) {

@@ -13,3 +13,4 @@
 #include <spindle/sync/handoff.hpp>
 #include <spindle/sync/latch.hpp>
 #include <spindle/sync/mutex.hpp>
+#include <spindle/sync/shared_mutex.hpp>
