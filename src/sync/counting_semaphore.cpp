@@ -63,6 +63,7 @@ void semaphore_core::release_slow(std::int64_t c, std::ptrdiff_t n) noexcept {
     // -c waiters were counted; our +n covers min(n, -c) of them, oldest
     // first. The rest of n (if any) stayed in the word.
     const std::int64_t wake = -c < n ? -c : static_cast<std::int64_t>(n);
+    if (wake == 0) return;  // release(0): nothing to hand over
     // The last with our policy: under ces we may switch away here, and the
     // others should not wait for us to come back.
     for (std::int64_t i = 1; i < wake; ++i) hand_over(handoff::dispatch);

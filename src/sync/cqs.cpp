@@ -51,6 +51,16 @@ cqs_base::cqs_base(cqs_cancellation c, cqs_resumption r, cqs_raw_hooks h)
 }
 
 cqs_base::~cqs_base() {
+    // The owner may destroy the queue as soon as its suspend returned, while
+    // the resume that completed it is still leaving: a sync resume that left
+    // its value in an empty cell sees TAKEN and only then exits its epoch, so
+    // the suspender can return (and its primitive be destroyed) before that
+    // exit. exit() is an operation's last access to the queue when it
+    // completed a suspend without an unpark: wait for it. acquire pairs with
+    // exit()'s release decrement.
+    for (unsigned spins = 0;
+         active_[0].load(std::memory_order_acquire) + active_[1].load(std::memory_order_acquire) != 0;)
+        backoff(spins);
     // Quiescent by contract: linked segments from first_, plus limbo. An
     // unlinked segment is never reachable from first_, so nothing is freed twice.
     lock_.lock();
@@ -273,7 +283,8 @@ cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point
     // step then finds a value (took) or BROKEN, that early claim's unpark
     // has no park to match: harmless (w.node.w serves this one wait only,
     // and a fiber's notified state or a thread's futex wake is simply
-    // dropped), and the one exception to "one unpark per park".
+    // dropped), and an exception to "one unpark per park" -- as is an early
+    // claim that announce_placed reports (we run the handler unparked).
     wait_guard guard(w.node, deadline, st);
 
     std::uint64_t e = enter();
@@ -295,14 +306,20 @@ cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point
         w.q = this;
         w.seg = s;
         w.cell = &c;
-        (void)cqs_ops::announce_placed(&w);
+        if (cqs_ops::announce_placed(&w) == cqs_claim::cancelled_early) {
+            // A request came before we announced: its handler is ours to run,
+            // now (parking for its unpark would send us through a ready
+            // queue first). Its unpark then has no park to match, as after
+            // an early claim above; ~wait_guard waits for it to finish.
+            cancel_cell(s, c, &w);
+            return {cqs_status::cancelled, 0};
+        }
         guard.wait();
         // acquire pairs with the winner's claim CAS; w.value is ordered by
         // the unpark that woke us.
         const std::uint32_t claim = w.claim.load(std::memory_order_acquire);
         if (claim == cqs_claim::resumed) return {cqs_status::resumed, w.value};
         // cancelled: our canceller ran the handler before it unparked us.
-        if (claim == cqs_claim::cancelled_early) cancel_cell(s, c, &w);
         return {cqs_status::cancelled, 0};
     }
     case cqs_ops::suspend_outcome::took:

@@ -25,6 +25,10 @@ void cqs_mutex::check_owner() noexcept {
         fatal("spindle::cqs_mutex %p: unlock() of a mutex that is not locked", static_cast<void*>(this));
     if (owner_.load(std::memory_order_relaxed) != detail::caller_identity())
         fatal("spindle::cqs_mutex %p: unlock() by a caller that does not hold it", static_cast<void*>(this));
+    // Before the release: a waiter it hands the mutex to writes its own
+    // identity after its wake-up, which the release orders after this store.
+    // Until then a second unlock() by us finds no owner, not us.
+    owner_.store(nullptr, std::memory_order_relaxed);
 }
 #endif
 

@@ -4,9 +4,10 @@
 //
 // Each run starts up to three model threads on one cell:
 //   S  suspend: take the cell (or the value left there, or find it BROKEN);
-//      if it waits, announce its cell in the claim word, park until
-//      unparked, then read the claim; if cancelled before it announced,
-//      run the cancellation handler (CANCELLED or REFUSE, as `mark` says).
+//      if it waits, announce its cell in the claim word; if cancelled
+//      before it announced, run the cancellation handler (CANCELLED or
+//      REFUSE, as `mark` says) at once; else park until unparked, then read
+//      the claim.
 //   R  resume(42) on the same cell.
 //   C  a timeout or stop request for S's wait: claim it; if S had announced
 //      its cell, run the handler for it; then unpark S.
@@ -341,15 +342,18 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
             switch (sd::cqs_ops::suspend_cell(cell, &w, sc.sync, env, v)) {
             case suspend_outcome::placed: {
                 placed = true;
-                (void)sd::cqs_ops::announce_placed(&w);
+                if (sd::cqs_ops::announce_placed(&w) == sd::cqs_claim::cancelled_early) {
+                    handler();  // without parking: C's unpark has no park to match
+                    s_res = s_end::cancelled;
+                    break;
+                }
                 tl_sched->park(&w.unparked);
                 const std::uint32_t claim = w.claim.load();
                 if (claim == sd::cqs_claim::resumed) {
                     s_res = s_end::got;
                     s_val = w.value.v_;
                 } else {
-                    if (claim == sd::cqs_claim::cancelled_early) handler();
-                    else if (claim != sd::cqs_claim::cancelled) ++bad_claim;
+                    if (claim != sd::cqs_claim::cancelled) ++bad_claim;
                     s_res = s_end::cancelled;
                 }
                 break;

@@ -534,3 +534,31 @@ TEST(Executor, SleepForSleepsAndStopWakesEarly) {
 }
 
 }  // namespace
+
+#if SPINDLE_DEBUG_CHECKS
+namespace {
+// A second unlock() by the previous holder, after its first unlock handed
+// the mutex to a waiter that has not run yet: the caller does not hold it.
+TEST(MutexDeathTest, CqsMutexDoubleUnlockDuringHandoffAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            spindle::scheduler sched({.workers = 1});
+            spindle::cqs_mutex m(spindle::handoff::dispatch);
+            spindle::fiber outer = sched.spawn([&] {
+                m.lock();
+                spindle::fiber w([&] {
+                    m.lock();
+                    m.unlock();
+                });
+                spindle::this_fiber::yield();  // w queues
+                m.unlock();                     // hands m to w, which has not run
+                m.unlock();                     // misuse: we no longer hold it
+                w.join();
+            });
+            outer.join();
+        },
+        "spindle::cqs_mutex 0x[0-9a-f]+: unlock\\(\\) by a caller that does not hold it");
+}
+}  // namespace
+#endif

@@ -431,3 +431,82 @@ TEST(SemaphoreDeathTest, DestroyingWithWaitersAborts) {
 #endif
 
 }  // namespace
+
+namespace {
+
+// release(0) is a no-op (std: 0 <= update), also while waiters are counted:
+// it must not hand a permit it does not have to the oldest waiter.
+TEST(Semaphore, ReleaseOfZeroWakesNobody) {
+    for (auto policy : {spindle::handoff::ces, spindle::handoff::dispatch}) {
+        SCOPED_TRACE(spindle::to_string(policy));
+        spindle::counting_semaphore<> sem(0, policy);
+        std::atomic<bool> got{false};
+        std::thread waiter([&] {
+            sem.acquire();
+            got.store(true);
+        });
+        while (sem.debug_count() != -1) std::this_thread::yield();
+        sem.release(0);
+        std::this_thread::sleep_for(50ms);
+        EXPECT_FALSE(got.load()) << "release(0) woke a waiter";
+        EXPECT_EQ(sem.debug_count(), -1);
+        sem.release();
+        waiter.join();
+        EXPECT_TRUE(got.load());
+        EXPECT_EQ(sem.debug_count(), 0) << "a permit was made out of nothing";
+    }
+}
+
+}  // namespace
+
+namespace {
+
+// The one-shot notification pattern: the acquirer destroys the semaphore as
+// soon as acquire() returns, while the release() that handed it the permit
+// may still be inside the queue (sync resumption: a release that reached the
+// cell first spins there until the acquirer takes the permit, then leaves
+// its epoch). std::binary_semaphore users (and spindle::latch, explicitly)
+// expect this to be safe.
+TEST(Semaphore, DestroyedRightAfterAcquireReturns) {
+#if SPINDLE_TSAN || SPINDLE_ASAN
+    constexpr int kRounds = 10000;  // sanitizers: each round costs much more
+#else
+    constexpr int kRounds = 100000;  // the window is a few instructions: a hit is rare per round
+#endif
+    std::atomic<spindle::counting_semaphore<1>*> cur{nullptr};
+    std::atomic<int> round{0};
+    std::atomic<bool> stop_noise{false};
+    std::vector<std::thread> noise;
+    for (int i = 0; i < 2; ++i)
+        noise.emplace_back([&] {
+            while (!stop_noise.load(std::memory_order_relaxed)) std::this_thread::yield();
+        });
+    std::thread releaser([&] {
+        for (int r = 0; r < kRounds; ++r) {
+            spindle::counting_semaphore<1>* s;
+            while ((s = cur.load(std::memory_order_acquire)) == nullptr) {
+            }
+            cur.store(nullptr, std::memory_order_relaxed);
+            round.store(r + 1, std::memory_order_release);
+            // Release once the acquirer is counted: it is on its way to its
+            // cell, and the release may reach the cell first.
+            if ((r & 1) != 0)
+                while (s->debug_count() != -1) {
+                }
+            s->release();  // may still be inside when the acquirer deletes it
+        }
+    });
+    for (int r = 0; r < kRounds; ++r) {
+        auto* s = new spindle::counting_semaphore<1>(0);
+        cur.store(s, std::memory_order_release);
+        while (round.load(std::memory_order_acquire) != r + 1) {
+        }
+        s->acquire();
+        delete s;
+    }
+    releaser.join();
+    stop_noise.store(true);
+    for (auto& t : noise) t.join();
+}
+
+}  // namespace

@@ -126,13 +126,16 @@ public:
     void release(std::ptrdiff_t n) noexcept {
 #if SPINDLE_DEBUG_CHECKS
         if (n < 0) bad_release(n, 0);
+        // Read before the FAA: once the permit is in the word an acquirer
+        // may take it and destroy the semaphore.
+        const std::int64_t max = max_;
 #endif
         // (count): c -> c + n. release pairs with the acquire of whoever
         // takes one of these permits from the word (or, through the cqs, of
         // the waiter we hand one to).
         const std::int64_t c = count_.fetch_add(n, std::memory_order_release);
 #if SPINDLE_DEBUG_CHECKS
-        if (c + n > max_) bad_release(n, c);
+        if (c + n > max) bad_release(n, c);
 #endif
         if (c < 0) [[unlikely]]
             release_slow(c, n);

@@ -15,12 +15,13 @@
 //                       design). A cancelled waiter unlinks itself under the
 //                       lock; wait morphing (condition_variable) moves a
 //                       notified waiter straight into this queue.
-//   spindle::cqs_mutex  the lock-free CQS queue: no lock on any path, O(1)
-//                       cancellation with smart cancellation; no
-//                       condition_variable support (a notified waiter cannot
-//                       be placed in a CQS cell on its own behalf).
-// bench/ces runs both on the same workloads (variants spindle_ces and
-// spindle_cqs_ces).
+//   spindle::cqs_mutex  the CQS queue: lock(), unlock() and cancellation
+//                       take no lock on the waiter queue (unlinking a
+//                       cancelled-out segment takes the queue's spinlock, once
+//                       per segment; a timed wait of a fiber arms the timer
+//                       service), O(1) cancellation with smart cancellation;
+//                       no condition_variable support (a notified waiter
+//                       cannot be placed in a CQS cell on its own behalf).
 //
 // Lock word (detail::semaphore_core with one permit):
 //
@@ -29,9 +30,14 @@
 //     lock:    FAA(count, -1) = c;  c = 1: ours; c <= 0: wait in the cqs
 //     unlock:  FAA(count, +1) = c;  c < 0: hand the mutex to the oldest waiter
 //
-// Fairness: FIFO handoff. Once anyone waits the mutex never becomes free in
-// between owners, so no newcomer overtakes; try_lock is exact (synchronous
-// resumption), it never takes a mutex that a waiter was promised.
+// Fairness: FIFO handoff. Once anyone waits, an unlock hands the mutex to
+// the oldest waiter, so no newcomer overtakes -- with one exception, from
+// synchronous resumption: a locker that has decremented the word but does
+// not reach its cell within the unlocker's short spin (a preempted thread,
+// a fiber held up arming its timer) finds its cell BROKEN; the mutex is put
+// back in the word, where a try_lock may take it, and that locker queues
+// again at the tail. try_lock never takes a mutex that was handed to a
+// waiter.
 //
 // Debug builds (SPINDLE_DEBUG_CHECKS) abort with a message naming the mutex
 // when it is unlocked by a caller that does not hold it or that is not
@@ -68,7 +74,7 @@ public:
     }
 
     void unlock() SPINDLE_RELEASE() {
-        check_owner();
+        check_owner();  // and forget the owner: the next holder may not have run yet
         core_.release(1);
     }
 

@@ -51,7 +51,8 @@ inline bool is_waiter(std::uintptr_t st) noexcept { return st > last_state; }
 //        +--timer/stop wins--> cancelled_early        +--timer/stop wins--> cancelled
 //
 //   cancelled_early  the request came before the waiter had announced its
-//                    cell; the waiter runs the handler when it sees this.
+//                    cell; the waiter runs the handler when it sees this
+//                    (announce_placed's result), without parking.
 //   cancelled        the canceller runs the handler itself, then unparks:
 //                    the cell is CANCELLED (or REFUSE) before anybody waits
 //                    for the waiter to be scheduled, so a resume never parks
@@ -107,8 +108,8 @@ suspend_outcome suspend_cell(Cell& c, Wait* w, bool sync, Env& env, std::uint64_
 // The waiter's step once its record is in the cell (suspend_cell returned
 // placed): tell a canceller it may run the handler. Returns the claim word:
 // `placed` (park and see), `resumed` (a resume came first: park for its
-// unpark) or `cancelled_early` (a request came first: park for its unpark,
-// then run the handler yourself).
+// unpark) or `cancelled_early` (a request came first: run the handler
+// yourself; its unpark has no park to match).
 template <class Wait>
 std::uint32_t announce_placed(Wait* w) noexcept {
     std::uint32_t expected = cqs_claim::waiting;
