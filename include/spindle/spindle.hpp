@@ -10,9 +10,10 @@
 #include <spindle/sync/barrier.hpp>
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/counting_semaphore.hpp>
+#include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/event.hpp>
 #include <spindle/sync/handoff.hpp>
 #include <spindle/sync/latch.hpp>
 #include <spindle/sync/mutex.hpp>
-#include <spindle/sync/shared_mutex.hpp>
 #include <spindle/sync/pool.hpp>
+#include <spindle/sync/shared_mutex.hpp>
