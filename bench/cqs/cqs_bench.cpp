@@ -1,8 +1,9 @@
 // bench/cqs — the CQS benchmarks (../shared/design/BENCHMARKS.md, "CQS
-// primitives (CQS paper §6)"): spindle's barrier, latch and counting
-// semaphore, built on the CancellableQueueSynchronizer queue, against the
-// standard library, pthreads, Boost.Fiber and two lock-based queues written
-// for this program; and the cost of cancelling a wait behind a long queue.
+// primitives (CQS paper §6)"): spindle's barrier, latch, counting semaphore
+// and blocking pools, built on the CancellableQueueSynchronizer queue,
+// against the standard library, pthreads, Boost.Fiber and three lock-based
+// queues written for this program; and the cost of cancelling a wait behind
+// a long queue.
 //
 // Work between operations. As in the paper (§6: "some uncontended work after
 // each operation invocation — the work size is geometrically distributed
@@ -14,7 +15,7 @@
 // The mean is the `work_ns` parameter (default 200 ns; --work-ns LIST).
 //
 // Actors, threads and workers. Each workload has a number of actors (barrier
-// parties, latch count-down actors, semaphore users): the `parties` or
+// parties, latch count-down actors, semaphore or pool users): the `parties` or
 // `threads` parameter. Thread variants run one OS thread per actor; fiber
 // variants run one fiber per actor on W = min(actors, --max-workers)
 // workers (default: hardware_concurrency), so more actors than CPUs means
@@ -72,13 +73,32 @@
 //              the variant, round by round; target >= 50 at Q = 10 000).
 //              --quick runs linear_removal up to Q = 10 000 (an abort behind
 //              100 000 waiters walks 100 000 stacks: tens of ms each).
-//   pool       Not yet: see bench_pool() (waits for include/spindle/sync/pool.hpp).
+//   pool       T actors each run: { work; e = take(); work; put(e) } (§6.4:
+//              "the same benchmark as for semaphores", with elements), on a
+//              pool of N elements (param pool_size), the indices 0 .. N-1.
+//              Each element has a cache line of its own with an in-use flag,
+//              exchanged to 1 after take and back to 0 before put (two
+//              holders at once fail the run), and a plain counter bumped
+//              while it is held; after the run the counters must add up to
+//              the takes, and try_take must give back every element exactly
+//              once and then nothing. Metric ops_per_s = takes / wall time.
+//              With T <= N nobody waits for an element: the pool's
+//              uncontended cost. (Fibers that never wait never give up
+//              their worker: then only W of the T fibers run, the others
+//              start once the run has been stopped and take nothing --
+//              as in the semaphore with T <= K. The figure is still the
+//              workers' throughput.) T > N measures the waiting path. There
+//              spindle's pools are fair: a put hands its element to the
+//              oldest waiting take, which for OS threads on separate CPUs
+//              is a futex wake-up per take; mutex_cv_queue is not: a putter
+//              that comes back for an element usually finds its own.
 //
 // Competitors, all in this one program and interleaved by the harness. The
-// reference of a comparison is spindle_fiber (barrier, latch, semaphore) or
-// spindle_smart (abort); a thread-only competitor names spindle_thread as
-// its `baseline` (the variant its ratio is computed against) and
-// boost_fiber names spindle_fiber:
+// reference of a comparison is spindle_fiber (barrier, latch, semaphore),
+// spindle_queue_pool_fiber (pool) or spindle_smart (abort); a thread-only
+// competitor names spindle_thread (pool: spindle_queue_pool_thread) as its
+// `baseline` (the variant its ratio is computed against) and boost_fiber
+// names spindle_fiber:
 //   spindle_fiber            spindle primitive, fibers on a spindle::scheduler
 //   spindle_thread           spindle primitive, one OS thread per actor
 //                            (baseline of the thread-only competitors)
@@ -99,29 +119,42 @@
 //   spindle_smart            spindle::counting_semaphore: smart
 //                            cancellation (abort)
 //   linear_removal           linear_removal_semaphore.hpp (abort)
+//   spindle_queue_pool_fiber spindle::queue_pool<uint32_t> (FIFO ring), fibers
+//   spindle_stack_pool_fiber spindle::stack_pool<uint32_t> (LIFO stack), fibers
+//   spindle_queue_pool_thread, spindle_stack_pool_thread: the same on threads
+//                            (baseline of spindle_stack_pool_thread and of
+//                            mutex_cv_queue: spindle_queue_pool_thread)
+//   mutex_cv_queue           a ring under std::mutex + std::condition_variable
+//                            (mutex_cv_queue below; not fair), threads
 //
-// Length. A barrier, latch or semaphore measurement runs for about 30 ms
+// Length. A barrier, latch, semaphore or pool measurement runs for about 30 ms
 // (--quick) or 100 ms (--full) of wall time, not for a fixed count: actor 0
 // (the latch's coordinator) reads the clock every 16 operations and names
 // the phase, round or operation at which everyone stops; the metric divides
 // by what was done. (A count fitted to a fast run can take seconds when the
 // next one is slow, and on a shared machine the same variant can be 50x
-// slower from one run to the next.) The abort workload times batches.
+// slower from one run to the next.) In the pool every actor reads the clock
+// against a deadline set by the first to start: a fiber that never waits
+// never gives up its worker, so with T <= N actor 0 may not run before the
+// others stop (on one worker it never would). The abort workload times
+// batches.
 //
 // Command line: the harness's (--out, --quick, --full, --reps, --only) and
 //   --threads LIST     actor counts (alias --workers; SPINDLE_BENCH_WORKERS)
 //   --max-workers N    workers of the fiber variants at most (default: CPUs)
 //   --work-ns LIST     mean work between operations, ns
 //   --permits LIST     semaphore permits
+//   --pool-sizes LIST  pool: elements in the pool
 //   --queued LIST      abort: waiters already queued
 //   --abort-waiter W   abort: thread, fiber or both (default)
 //   --variants LIST    only these variants
 // Quick defaults: barrier P in {2, 4, 8}, work 200 ns; latch T in {1, 2, 4},
-// C = 64; semaphore K in {1, 4, 16} x T in {1, 2, 4, 8}; abort Q in {0, 10,
-// 100, 1000, 10000, 100000}, 11 rounds. --full: actor counts 1, 2, 4, ... up
-// to 4x the CPUs (barrier from 2), barrier work {100, 1000} ns, latch
-// C in {64, 1024}, semaphore K in {1, 2, 4, 8, 16} (work 200 ns: the paper
-// found other sizes alike), 11 rounds (abort 15).
+// C = 64; semaphore K in {1, 4, 16} x T in {1, 2, 4, 8}; pool N in {1, 4,
+// 16} x T in {1, 2, 4, 8}; abort Q in {0, 10, 100, 1000, 10000, 100000}, 11
+// rounds. --full: actor counts 1, 2, 4, ... up to 4x the CPUs (barrier from
+// 2), barrier work {100, 1000} ns, latch C in {64, 1024}, semaphore K and
+// pool N in {1, 2, 4, 8, 16} (work 200 ns: the paper found other sizes
+// alike), 11 rounds (abort 15).
 
 // spindle first: Boost.Fiber defines a function-like macro cpu_relax() that
 // would mangle spindle::arch::cpu_relax() if its header came later.
@@ -131,6 +164,7 @@
 #include <spindle/sync/counting_semaphore.hpp>
 #include <spindle/sync/detail/cqs.hpp>
 #include <spindle/sync/latch.hpp>
+#include <spindle/sync/pool.hpp>
 
 #include "linear_removal_semaphore.hpp"
 #include "spinlock_queue_semaphore.hpp"
@@ -150,6 +184,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -160,6 +195,8 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <semaphore>
 #include <stop_token>
 #include <string>
@@ -211,6 +248,7 @@ struct run_options {
     std::vector<unsigned> work_ns;  // empty: the mode's default
     std::vector<unsigned> permits;  // empty: the mode's default
     std::vector<unsigned> queued;   // empty: the mode's default
+    std::vector<unsigned> pool_sizes;  // empty: the mode's default
 };
 
 std::vector<std::string> g_variant_filter;  // --variants
@@ -1093,16 +1131,206 @@ void bench_abort(harness& h, const run_options& o) {
 
 // ---------------------------------------------------------------------------
 // pool
-//
-// TODO(pool): the CQS paper's blocking pools (§6.4; BENCHMARKS.md: take ->
-// work -> put, pool sizes 1..16; spindle queue pool and stack pool against a
-// std::mutex + std::condition_variable queue). There is no pool primitive in
-// spindle yet (include/spindle/sync/pool.hpp is being written); when it
-// lands, add the workload here with params {pool_size, threads, work_ns},
-// variants spindle_queue_pool / spindle_stack_pool (fibers and threads) and
-// std_mutex_cv, and no records are written until then.
-void bench_pool(harness&, const run_options&) {
-    std::fprintf(stderr, "  cqs/pool: skipped: no spindle pool primitive yet (include/spindle/sync/pool.hpp)\n");
+
+// One element's state, on its own cache line (a pooled resource has its own
+// memory): `in_use` is exchanged to 1 by the actor that took the element
+// and back to 0 before it puts it, so two holders at once are caught;
+// `uses` is a plain counter bumped while the element is held, so a lost
+// update also shows a broken exclusion.
+struct alignas(spindle::arch::cache_line) pool_element {
+    std::atomic<std::uint32_t> in_use{0};
+    long uses = 0;
+};
+
+// The thread competitor: a ring of the pool's size under a std::mutex, with
+// a std::condition_variable for takers that find it empty (what a blocking
+// queue without a lock-free path looks like: Java's ArrayBlockingQueue is
+// the same shape; std::mutex is not fair, so neither is this). put()
+// notifies after unlocking, and only when someone waits.
+class mutex_cv_queue {
+public:
+    explicit mutex_cv_queue(std::size_t capacity) : ring_(capacity) {}
+
+    void put(std::uint32_t x) {
+        bool wake = false;
+        {
+            std::lock_guard<std::mutex> lk(m_);
+            if (count_ == ring_.size()) fail("pool/mutex_cv_queue: put into a full queue");
+            ring_[(head_ + count_) % ring_.size()] = x;
+            ++count_;
+            wake = waiting_ > 0;
+        }
+        if (wake) cv_.notify_one();
+    }
+
+    std::uint32_t take() {
+        std::unique_lock<std::mutex> lk(m_);
+        while (count_ == 0) {
+            ++waiting_;
+            cv_.wait(lk);
+            --waiting_;
+        }
+        return pop();
+    }
+
+    std::optional<std::uint32_t> try_take() {
+        std::lock_guard<std::mutex> lk(m_);
+        if (count_ == 0) return std::nullopt;
+        return pop();
+    }
+
+private:
+    std::uint32_t pop() {
+        std::uint32_t x = ring_[head_];
+        head_ = (head_ + 1) % ring_.size();
+        --count_;
+        return x;
+    }
+
+    std::mutex m_;
+    std::condition_variable cv_;
+    std::vector<std::uint32_t> ring_;
+    std::size_t head_ = 0, count_ = 0;
+    int waiting_ = 0;
+};
+
+struct pool_setup {
+    int actors;
+    int size;  // elements in the pool
+    unsigned workers;
+    const work_table* work;
+};
+
+// One measurement: the pool holds elements 0 .. size-1; every actor runs
+// { work; e = take(); work holding e; put(e) } until one of them, past the
+// deadline, raises `stop` (relaxed: it only ends the loop; the joins order
+// the counts). Then the pool must give back every element exactly once.
+// Returns takes per second.
+template <class Pool, class Run>
+double pool_run(const pool_setup& c, Pool& p, Run run, const char* who) {
+    const auto n_elems = static_cast<std::uint32_t>(c.size);
+    std::vector<pool_element> elems(n_elems);
+    for (std::uint32_t e = 0; e < n_elems; ++e) p.put(e);
+    std::atomic<bool> stop{false};
+    std::atomic<double> deadline{0};  // 0 until the first actor starts
+    std::vector<long> ops(static_cast<std::size_t>(c.actors), 0);
+    auto body = [&](int k) {
+        work_stream ws(*c.work, static_cast<unsigned>(k));
+        // The first actor to start sets the deadline, the others read it.
+        // relaxed: one RMW decides the value; it orders nothing else.
+        const double mine = now_ns() + g_target_ns;
+        double end = 0;  // on failure: the deadline set first
+        if (deadline.compare_exchange_strong(end, mine, std::memory_order_relaxed)) end = mine;
+        long n = 0;
+        while (!stop.load(std::memory_order_relaxed)) {
+            ws();
+            const std::uint32_t e = p.take();
+            if (e >= n_elems) fail("pool/%s: took element %u of a pool of %u", who, e, n_elems);
+            pool_element& el = elems[e];
+            // relaxed: the pool orders a put before the take that gets its
+            // element; these exchanges only have to see each other, which
+            // read-modify-writes of one word always do.
+            if (el.in_use.exchange(1, std::memory_order_relaxed) != 0)
+                fail("pool/%s: element %u taken while another actor holds it", who, e);
+            ++el.uses;
+            ws();
+            if (el.in_use.exchange(0, std::memory_order_relaxed) != 1)
+                fail("pool/%s: element %u released by its holder was not marked in use", who, e);
+            p.put(e);
+            ++n;
+            if (n % clock_check_every == 0 && now_ns() >= end) stop.store(true, std::memory_order_relaxed);
+        }
+        ops[static_cast<std::size_t>(k)] = n;
+    };
+    const double ns = run(c.actors, body);
+    long total = 0;
+    for (long n : ops) total += n;
+    long uses = 0;
+    for (auto& el : elems) uses += el.uses;
+    if (uses != total) fail("pool/%s: %ld uses counted on the elements, expected %ld takes", who, uses, total);
+    // Every take was matched by a put: the pool holds each element once.
+    std::vector<bool> back(n_elems, false);
+    for (std::uint32_t i = 0; i < n_elems; ++i) {
+        std::optional<std::uint32_t> e = p.try_take();
+        if (!e) fail("pool/%s: %u of %u elements came back after the run", who, i, n_elems);
+        if (*e >= n_elems || back[*e]) fail("pool/%s: element %u came back twice or is foreign", who, *e);
+        if (elems[*e].in_use.load(std::memory_order_relaxed) != 0) fail("pool/%s: element %u still marked in use", who, *e);
+        back[*e] = true;
+    }
+    if (p.try_take()) fail("pool/%s: more than %u elements came back", who, n_elems);
+    return static_cast<double>(total) / (ns * 1e-9);
+}
+
+void bench_pool(harness& h, const run_options& o) {
+    std::vector<unsigned> ts = o.actors;
+    if (ts.empty()) {
+        if (h.quick()) {
+            ts = {1, 2, 4, 8};
+        } else {
+            for (unsigned t = 1; t <= 4 * g_cpus; t *= 2) ts.push_back(t);
+        }
+    }
+    std::vector<unsigned> sizes = o.pool_sizes;
+    if (sizes.empty()) sizes = h.quick() ? std::vector<unsigned>{1, 4, 16} : std::vector<unsigned>{1, 2, 4, 8, 16};
+    std::vector<unsigned> works = o.work_ns;
+    if (works.empty()) works = {200};
+    for (unsigned work : works)
+        for (unsigned size : sizes)
+            for (unsigned t : ts) {
+                const work_table& wt = work_for(work);
+                pool_setup c{static_cast<int>(t), static_cast<int>(size), fiber_workers(static_cast<int>(t), o), &wt};
+                auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
+                auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+                const std::string elems = "; elements: indices 0 .. pool_size-1, each with its own cache line";
+                std::vector<variant> vs;
+                vs.push_back(variant(
+                    "spindle_queue_pool_fiber",
+                    [=] {
+                        spindle::queue_pool<std::uint32_t> p(size);
+                        return pool_run(c, p, on_fibers, "spindle_queue_pool_fiber");
+                    },
+                    true,
+                    "spindle::queue_pool<uint32_t> (FIFO ring, handoff::ces); " +
+                        fibers_note("taker", "threads", o) + work_note(wt) + elems));
+                vs.push_back(variant(
+                    "spindle_stack_pool_fiber",
+                    [=] {
+                        spindle::stack_pool<std::uint32_t> p(size);
+                        return pool_run(c, p, on_fibers, "spindle_stack_pool_fiber");
+                    },
+                    false, "spindle::stack_pool<uint32_t> (LIFO Treiber stack, handoff::ces); " +
+                               fibers_note("taker", "threads", o)));
+                vs.push_back(variant(
+                    "spindle_queue_pool_thread",
+                    [=] {
+                        spindle::queue_pool<std::uint32_t> p(size);
+                        return pool_run(c, p, on_threads, "spindle_queue_pool_thread");
+                    },
+                    false, "spindle::queue_pool<uint32_t>; " + threads_note("taker")));
+                vs.push_back(variant(
+                    "spindle_stack_pool_thread",
+                    [=] {
+                        spindle::stack_pool<std::uint32_t> p(size);
+                        return pool_run(c, p, on_threads, "spindle_stack_pool_thread");
+                    },
+                    false, "spindle::stack_pool<uint32_t>; " + threads_note("taker"),
+                    "spindle_queue_pool_thread"));
+                vs.push_back(variant(
+                    "mutex_cv_queue",
+                    [=] {
+                        mutex_cv_queue p(size);
+                        return pool_run(c, p, on_threads, "mutex_cv_queue");
+                    },
+                    false,
+                    "a ring under std::mutex with a std::condition_variable for empty takes (written in this "
+                    "program; not fair); " +
+                        threads_note("taker"),
+                    "spindle_queue_pool_thread"));
+                vs = selected(std::move(vs));
+                if (vs.empty()) continue;
+                h.compare("pool", {{"pool_size", size}, {"threads", t}, {"work_ns", work}}, {"ops_per_s", true},
+                          vs);
+            }
 }
 
 // ---------------------------------------------------------------------------
@@ -1135,7 +1363,7 @@ run_options take_own_args(int& argc, char** argv) {
     for (int i = 1; i < argc; ++i) {
         std::string a = argv[i];
         bool takes_value = a == "--threads" || a == "--workers" || a == "--max-workers" || a == "--work-ns" ||
-                           a == "--permits" || a == "--queued" || a == "--variants" ||
+                           a == "--permits" || a == "--queued" || a == "--pool-sizes" || a == "--variants" ||
                            a == "--abort-waiter";
         if (takes_value && i + 1 >= argc) fail("missing value after %s", a.c_str());
         if (a == "--threads" || a == "--workers") {
@@ -1146,6 +1374,8 @@ run_options take_own_args(int& argc, char** argv) {
             o.work_ns = parse_list(argv[++i], "work mean", 0);
         } else if (a == "--permits") {
             o.permits = parse_list(argv[++i], "permit count", 1);
+        } else if (a == "--pool-sizes") {
+            o.pool_sizes = parse_list(argv[++i], "pool size", 1);
         } else if (a == "--queued") {
             o.queued = parse_list(argv[++i], "queue length", 0);
         } else if (a == "--abort-waiter") {
@@ -1165,7 +1395,7 @@ run_options take_own_args(int& argc, char** argv) {
                 std::fprintf(stderr,
                              "spindle_bench_cqs also takes: [--threads 1,2,4,...] (alias --workers, or "
                              "SPINDLE_BENCH_WORKERS) [--max-workers N] [--work-ns 100,1000] [--permits 1,4,16] "
-                             "[--queued 0,100,10000] [--variants spindle_fiber,std_barrier,...]\n");
+                             "[--queued 0,100,10000] [--pool-sizes 1,4,16] [--variants spindle_fiber,std_barrier,...]\n");
             argv[out++] = argv[i];
         }
     }
