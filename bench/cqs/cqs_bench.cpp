@@ -780,18 +780,35 @@ struct sem_setup {
     const work_table* work;
 };
 
+// A measurement's end, set by the first actor to start (now + g_target_ns);
+// every actor reads the clock against it.
+struct shared_deadline {
+    std::atomic<double> at{0};  // 0 until the first actor starts
+    double join() noexcept {
+        const double mine = now_ns() + g_target_ns;
+        double end = 0;  // on failure: the deadline set first
+        // relaxed: one RMW decides the value; it orders nothing else.
+        if (at.compare_exchange_strong(end, mine, std::memory_order_relaxed)) end = mine;
+        return end;
+    }
+};
+
 // One measurement: every actor runs { work; acquire; work; release } until
-// actor 0 raises `stop` (relaxed: it only ends the loop; the joins order
-// the counts). Returns acquisitions per second.
+// one of them, past the deadline, raises `stop` (relaxed: it only ends the
+// loop; the joins order the counts). Every actor watches the clock, against
+// the deadline the first to start set: with permits >= actors a fiber never
+// waits and never yields, so actor 0 alone might never run. Returns
+// acquisitions per second.
 template <class Sem, class Run>
 double sem_run(const sem_setup& c, Sem& s, Run run, const char* who) {
     long inside = 0;  // K = 1 only: a lost update means mutual exclusion failed
     const bool exclusive = c.permits == 1;
     std::atomic<bool> stop{false};
+    shared_deadline deadline;
     std::vector<long> ops(static_cast<std::size_t>(c.actors), 0);
     auto body = [&](int k) {
         work_stream ws(*c.work, static_cast<unsigned>(k));
-        const double deadline = k == 0 ? now_ns() + g_target_ns : 0;
+        const double end = deadline.join();
         long n = 0;
         while (!stop.load(std::memory_order_relaxed)) {
             ws();
@@ -800,7 +817,7 @@ double sem_run(const sem_setup& c, Sem& s, Run run, const char* who) {
             ws();
             s.release();
             ++n;
-            if (k == 0 && n % clock_check_every == 0 && now_ns() >= deadline) stop.store(true, std::memory_order_relaxed);
+            if (n % clock_check_every == 0 && now_ns() >= end) stop.store(true, std::memory_order_relaxed);
         }
         ops[static_cast<std::size_t>(k)] = n;
     };
@@ -1212,15 +1229,11 @@ double pool_run(const pool_setup& c, Pool& p, Run run, const char* who) {
     std::vector<pool_element> elems(n_elems);
     for (std::uint32_t e = 0; e < n_elems; ++e) p.put(e);
     std::atomic<bool> stop{false};
-    std::atomic<double> deadline{0};  // 0 until the first actor starts
+    shared_deadline deadline;
     std::vector<long> ops(static_cast<std::size_t>(c.actors), 0);
     auto body = [&](int k) {
         work_stream ws(*c.work, static_cast<unsigned>(k));
-        // The first actor to start sets the deadline, the others read it.
-        // relaxed: one RMW decides the value; it orders nothing else.
-        const double mine = now_ns() + g_target_ns;
-        double end = 0;  // on failure: the deadline set first
-        if (deadline.compare_exchange_strong(end, mine, std::memory_order_relaxed)) end = mine;
+        const double end = deadline.join();
         long n = 0;
         while (!stop.load(std::memory_order_relaxed)) {
             ws();
