@@ -464,9 +464,24 @@ void park(waiter* wt) noexcept {
         suspend_current(w, post_action{&finish_park, wt});
         return;
     }
-    // acquire pairs with unpark's release store.
-    while (wt->state.load(std::memory_order_acquire) != park_notified)
-        futex_wait(&wt->state, park_empty);
+    if (thread_park_spin(wt)) return;
+    std::uint32_t s = park_empty;
+    // empty -> parked: from here on an unpark must futex_wake us. A no-op
+    // if we were notified meanwhile, or had announced parked before (a timed
+    // wait that timed out, then parks for the unpark it raced with).
+    // acq_rel/acquire pairs with unpark's exchange.
+    wt->state.compare_exchange_strong(s, park_parked, std::memory_order_acq_rel, std::memory_order_acquire);
+    // acquire pairs with unpark's exchange.
+    while (wt->state.load(std::memory_order_acquire) != park_notified) futex_wait(&wt->state, park_parked);
+}
+
+bool thread_park_spin(waiter* wt) noexcept {
+    for (unsigned i = 0; i < thread_park_spins; ++i) {
+        // acquire pairs with unpark's exchange.
+        if (wt->state.load(std::memory_order_acquire) == park_notified) return true;
+        arch::cpu_relax();
+    }
+    return false;
 }
 
 void unpark(waiter* wt) noexcept {
@@ -476,11 +491,12 @@ void unpark(waiter* wt) noexcept {
         if (wt->state.exchange(park_notified, std::memory_order_acq_rel) == park_parked) make_ready(f);
         return;
     }
-    // release pairs with park's acquire load. The waiter may return and free
-    // `wt` as soon as it sees the store; a futex_wake on a stale address then
-    // wakes nobody, which is harmless.
-    wt->state.store(park_notified, std::memory_order_release);
-    futex_wake(&wt->state, 1);
+    // acq_rel: release pairs with park's acquire loads, acquire with its
+    // empty -> parked CAS. Only a thread that announced it sleeps (parked)
+    // needs the system call; one still spinning sees the store. The waiter
+    // may return and free `wt` as soon as it sees the store; a futex_wake on
+    // a stale address then wakes nobody, which is harmless.
+    if (wt->state.exchange(park_notified, std::memory_order_acq_rel) == park_parked) futex_wake(&wt->state, 1);
 }
 
 namespace {

@@ -68,17 +68,24 @@ void wait_guard::wait() noexcept {
         park(&n_.w);
         return;
     }
-    // A thread with a deadline: futex_wait with a relative timeout; when it
-    // expires, cancel ourselves, then wait for whichever unpark won.
+    // A thread with a deadline: spin a little, as park() does, then
+    // futex_wait with a relative timeout; when it expires, cancel ourselves,
+    // then wait for whichever unpark won.
+    if (thread_park_spin(&n_.w)) return;
+    std::uint32_t s = park_empty;
+    // empty -> parked: unpark must futex_wake us now (see park()). acq_rel
+    // pairs with unpark's exchange; on failure we were notified.
+    if (!n_.w.state.compare_exchange_strong(s, park_parked, std::memory_order_acq_rel, std::memory_order_acquire))
+        return;
     for (;;) {
-        // acquire pairs with unpark's release store.
+        // acquire pairs with unpark's exchange.
         if (n_.w.state.load(std::memory_order_acquire) == park_notified) return;
         auto now = std::chrono::steady_clock::now();
         if (now >= deadline_) break;
         auto left = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline_ - now);
         timespec ts{static_cast<time_t>(left.count() / 1000000000),
                     static_cast<long>(left.count() % 1000000000)};
-        futex_wait_for(&n_.w.state, park_empty, &ts);
+        futex_wait_for(&n_.w.state, park_parked, &ts);
     }
     request_cancel(&n_);
     park(&n_.w);  // returns at once if our cancel (or a grant) unparked us

@@ -77,16 +77,26 @@ inline void* const join_done = reinterpret_cast<void*>(std::uintptr_t{1});
 
 // waiter::state values.
 inline constexpr std::uint32_t park_empty = 0;     // waiting, not yet (known to be) suspended
-inline constexpr std::uint32_t park_parked = 1;    // a fiber's context is saved; unpark makes it ready
+inline constexpr std::uint32_t park_parked = 1;    // a fiber's context is saved; unpark makes it ready.
+                                                   // A thread sleeps (or is about to) on the futex;
+                                                   // unpark must futex_wake it
 inline constexpr std::uint32_t park_notified = 2;  // woken
+
+// An OS thread spins this many cpu_relax steps (a few microseconds) watching
+// for its unpark before it sleeps: a handoff that comes that soon -- the
+// common case under contention, where the holder's next release is a
+// critical section away -- then costs neither side a system call, and the
+// woken thread runs at once instead of after a cross-CPU wake-up.
+inline constexpr unsigned thread_park_spins = 1024;
 
 // Someone who waits: a fiber or an OS thread. Lives on the waiter's stack.
 struct waiter {
     struct fiber_ctx* fiber = nullptr;  // the waiting fiber, or null for an OS thread
     // park_* above. Fibers: exchanged by park's post-switch action and by
     // unpark (acq_rel, so the unparker's writes are seen by the woken side).
-    // Threads: the futex word; store(notified, release) in unpark pairs with
-    // the acquire load in park.
+    // Threads: the futex word; park spins, then CASes empty -> parked and
+    // sleeps; unpark exchanges in notified and futex_wakes only a parked
+    // thread (acq_rel both ways).
     std::atomic<std::uint32_t> state{park_empty};
 };
 
@@ -213,6 +223,7 @@ SPINDLE_ALWAYS_INLINE void run_post(worker* w) noexcept {
 }
 SPINDLE_SWITCH_FN void yield_slow(worker* w) noexcept;   // this_fiber::yield() with work queued
 void park(waiter* wt) noexcept;                         // wait until unparked
+bool thread_park_spin(waiter* wt) noexcept;             // a thread's spin before it sleeps: true if unparked
 void unpark(waiter* wt) noexcept;                       // wake it (dispatch)
 // Wake `wt` with a handoff policy (0 inline_resume, 1 dispatch, 2 ces, as
 // spindle::handoff): switches into a parked fiber waiter when the policy and
