@@ -507,6 +507,9 @@ void unpark_home(waiter* wt) noexcept {
     fiber_ctx* f = wt->fiber;
     // acq_rel pairs with finish_park(), as in unpark().
     if (wt->state.exchange(park_notified, std::memory_order_acq_rel) != park_parked) return;
+    // Parked, so f->home is the worker it parked on (a fiber that parked has
+    // run, so it has one). Not read before the exchange: a waiter that has
+    // not parked yet may be running, and settle() writes its home.
     worker* w = tl_worker;
     if (w == f->home) push_local(w, f); else inject_push(f->home, f);
 }
@@ -519,10 +522,14 @@ namespace {
 // waiter whose context is saved (parked).
 bool can_switch_into(worker* w, waiter* wt, unsigned policy) noexcept {
     fiber_ctx* f = wt->fiber;
-    return policy != 1 && f != nullptr && w != nullptr && w->current != nullptr &&
-           f->home != nullptr && f->home->sched == w->sched && (!f->pinned || f->home == w) &&
-           // acquire pairs with finish_park()'s exchange: f's context is saved.
-           wt->state.load(std::memory_order_acquire) == park_parked;
+    if (policy == 1 || f == nullptr || w == nullptr || w->current == nullptr) return false;
+    // Parked first: acquire pairs with finish_park()'s exchange, so f's
+    // context is saved and f->home is the one it parked with. Only after it:
+    // a waiter that has not parked yet may be running elsewhere, where
+    // settle() writes f->home. While it is parked nobody but us (its one
+    // unparker) can make it run, so f->home stays put.
+    if (wt->state.load(std::memory_order_acquire) != park_parked) return false;
+    return f->home != nullptr && f->home->sched == w->sched && (!f->pinned || f->home == w);
 }
 
 // The running fiber of `w` gives its place to the parked waiter `wt`
@@ -542,8 +549,8 @@ fiber_ctx* give_way_to(worker* w, waiter* wt) noexcept {
 // Wake without switching: dispatch sends a fiber home, anything else is a
 // plain unpark.
 void unpark_no_switch(waiter* wt, unsigned policy) noexcept {
-    if (policy == 1 && wt->fiber != nullptr && wt->fiber->home != nullptr)
-        unpark_home(wt);
+    if (policy == 1 && wt->fiber != nullptr)
+        unpark_home(wt);  // reads the home only once the fiber is known parked
     else
         unpark(wt);
 }
