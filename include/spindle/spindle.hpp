@@ -8,6 +8,7 @@
 #include <spindle/runtime/generator.hpp>
 #include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/barrier.hpp>
+#include <spindle/sync/channel.hpp>
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/counting_semaphore.hpp>
 #include <spindle/sync/cqs_mutex.hpp>
