@@ -347,9 +347,8 @@ TEST(Stack, HundredThousandLiveSmallStacks) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::printf("%zu stacks: %.3f s (guard method %d: 1 = MADV_GUARD_INSTALL, 2 = mprotect)\n", count, seconds,
                 static_cast<int>(spindle::detail::stack_guard_method()));
-#if !SPINDLE_ASAN && !SPINDLE_TSAN
-    EXPECT_LT(seconds, 2.0);
-#endif
+    // No time limit here: tests must not fail because the machine is slow or
+    // busy (the cost of many live fibers is measured by bench/switch).
 }
 
 TEST(Stack, ReleaseDropsDeepPagesOfADeepStack) {
