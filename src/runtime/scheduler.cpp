@@ -476,10 +476,11 @@ void park(waiter* wt) noexcept {
 }
 
 bool thread_park_spin(waiter* wt) noexcept {
-    for (unsigned i = 0; i < thread_park_spins; ++i) {
+    for (unsigned i = 0; i < thread_park_spins + thread_park_yields; ++i) {
         // acquire pairs with unpark's exchange.
         if (wt->state.load(std::memory_order_acquire) == park_notified) return true;
-        arch::cpu_relax();
+        if (i < thread_park_spins) arch::cpu_relax();
+        else sched_yield_now();  // oversubscribed: let the thread that will wake us run
     }
     return false;
 }
