@@ -125,33 +125,24 @@
 #include <unistd.h>
 
 #include "../harness/harness.hpp"
+#include "../harness/runners.hpp"
 
 namespace bf = boost::fibers;
+using spindle::bench::boost_run;
 using spindle::bench::do_not_optimize;
+using spindle::bench::fail;
 using spindle::bench::harness;
+using spindle::bench::in_child;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::params;
+using spindle::bench::spindle_run;
+using spindle::bench::threads_run;
 using spindle::bench::variant;
 
 namespace {
 
-constexpr std::size_t stack_bytes = 64 * 1024;  // every fiber, spindle and Boost
 constexpr unsigned sieve_max = 10000;
-constexpr int child_timeout_s = 600;  // a hung boost_fiber child is killed (SIGALRM)
-
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    std::fputs("spindle_bench_ces: ", stderr);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::fflush(nullptr);
-    // _Exit: also used in forked children and inside fibers, where running
-    // static destructors (Boost's scheduler registry) could hang.
-    std::_Exit(1);
-}
 
 // ---------------------------------------------------------------------------
 // The task's ingredients: primes, a deterministic per-task RNG, the parallel
@@ -247,132 +238,6 @@ std::size_t expected_keys(int tasks, int iterations) {
     }
     cache[{tasks, iterations}] = n;
     return n;
-}
-
-// ---------------------------------------------------------------------------
-// Runners: run body(t) for t in [0, tasks) as tasks of one kind and return
-// the wall time in ns from the first task's creation to the last one's end.
-// Setting up and tearing down the executor is not timed.
-
-// spindle: a root fiber spawns the tasks (on its worker; idle workers steal
-// them) and joins them, like Boost's main fiber below.
-template <class Body>
-double spindle_run(unsigned workers, int tasks, Body& body) {
-    spindle::scheduler sched(spindle::scheduler::options{.workers = workers, .stack_size = stack_bytes});
-    double t0 = now_ns();
-    sched.spawn([&body, tasks] {
-             std::vector<spindle::fiber> fs;
-             fs.reserve(static_cast<std::size_t>(tasks));
-             for (int t = 0; t < tasks; ++t) fs.push_back(spindle::fiber([&body, t] { body(t); }));
-             for (auto& f : fs) f.join();
-         })
-        .join();
-    return now_ns() - t0;
-}
-
-// Boost.Fiber: the calling thread and workers-1 helper threads each install
-// work_stealing(workers); the main fiber creates the tasks (they land in its
-// queue, the helpers steal them) and waits for a fiber-aware count to reach
-// zero; the helpers' main fibers wait for the same count, then their threads
-// end and are joined. Call only in a forked child (see in_child).
-template <class Body>
-double boost_run(unsigned workers, int tasks, Body& body) {
-    bf::mutex done_m;
-    bf::condition_variable done_cv;
-    int remaining = tasks;
-    auto wait_done = [&] {
-        std::unique_lock<bf::mutex> lk(done_m);
-        done_cv.wait(lk, [&] { return remaining == 0; });
-    };
-    std::vector<std::thread> helpers;
-    for (unsigned k = 1; k < workers; ++k)
-        helpers.emplace_back([&] {
-            bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
-            wait_done();
-        });
-    // work_stealing's constructor waits on a barrier until all `workers`
-    // threads have registered, so no fiber starts before the pool is whole.
-    if (workers == 1)
-        bf::use_scheduling_algorithm<bf::algo::round_robin>();
-    else
-        bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
-    double t0 = now_ns();
-    for (int t = 0; t < tasks; ++t)
-        bf::fiber(std::allocator_arg, bf::fixedsize_stack(stack_bytes), [&, t] {
-            body(t);
-            std::unique_lock<bf::mutex> lk(done_m);
-            if (--remaining == 0) done_cv.notify_all();
-        }).detach();
-    wait_done();
-    double elapsed = now_ns() - t0;
-    for (auto& h : helpers) h.join();
-    return elapsed;
-}
-
-// std::mutex: `workers` OS threads, thread k runs tasks k, k+W, ...; they
-// start together at a gate.
-template <class Body>
-double threads_run(unsigned workers, int tasks, Body& body) {
-    std::atomic<bool> go{false};
-    std::vector<std::thread> ts;
-    for (unsigned k = 0; k < workers; ++k)
-        ts.emplace_back([&, k] {
-            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-            for (int t = static_cast<int>(k); t < tasks; t += static_cast<int>(workers)) body(t);
-        });
-    double t0 = now_ns();
-    go.store(true, std::memory_order_release);
-    for (auto& t : ts) t.join();
-    return now_ns() - t0;
-}
-
-// Run fn() (returning std::vector<double>) in a forked child and return what
-// it returned. The child ends with _exit: Boost's process-static scheduler
-// registry is never torn down, and the parent never touches Boost.Fiber.
-template <class Fn>
-std::vector<double> in_child(const char* what, Fn fn) {
-    int fds[2];
-    if (pipe(fds) != 0) fail("%s: pipe: %s", what, std::strerror(errno));
-    std::fflush(nullptr);
-    pid_t pid = fork();
-    if (pid < 0) fail("%s: fork: %s", what, std::strerror(errno));
-    if (pid == 0) {
-        close(fds[0]);
-        alarm(child_timeout_s);
-        std::vector<double> v = fn();
-        const char* p = reinterpret_cast<const char*>(v.data());
-        std::size_t left = v.size() * sizeof(double);
-        while (left > 0) {
-            ssize_t n = write(fds[1], p, left);
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) _exit(3);
-            p += n;
-            left -= static_cast<std::size_t>(n);
-        }
-        close(fds[1]);
-        _exit(0);
-    }
-    close(fds[1]);
-    std::vector<char> bytes;
-    char buf[4096];
-    for (;;) {
-        ssize_t n = read(fds[0], buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        bytes.insert(bytes.end(), buf, buf + n);
-    }
-    close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) fail("%s: waitpid: %s", what, std::strerror(errno));
-    if (WIFSIGNALED(status))
-        fail("%s: child killed by signal %d%s", what, WTERMSIG(status),
-             WTERMSIG(status) == SIGALRM ? " (timed out)" : "");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail("%s: child failed with status %d", what, WEXITSTATUS(status));
-    std::vector<double> v(bytes.size() / sizeof(double));
-    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(double));
-    return v;
 }
 
 // ---------------------------------------------------------------------------

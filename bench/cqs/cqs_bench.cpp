@@ -211,12 +211,18 @@
 #include <unistd.h>
 
 #include "../harness/harness.hpp"
+#include "../harness/runners.hpp"
 
 namespace bf = boost::fibers;
+using spindle::bench::boost_run;
+using spindle::bench::fail;
 using spindle::bench::harness;
+using spindle::bench::in_child;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::params;
+using spindle::bench::spindle_run;
+using spindle::bench::threads_run;
 using spindle::bench::summary;
 using spindle::bench::variant;
 
@@ -224,20 +230,6 @@ namespace {
 
 constexpr std::size_t fiber_stack_bytes = 64 * 1024;  // barrier, latch, semaphore fibers (spindle and Boost)
 constexpr std::size_t queued_stack_bytes = 16 * 1024;  // abort's parked waiters: the smallest spindle allows
-constexpr int child_timeout_s = 600;                   // a hung boost_fiber child is killed (SIGALRM)
-
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    std::fputs("spindle_bench_cqs: ", stderr);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::fflush(nullptr);
-    // _Exit: also used in forked children and inside fibers, where running
-    // static destructors (Boost's scheduler registry) could hang.
-    std::_Exit(1);
-}
 
 // ---------------------------------------------------------------------------
 // Options
@@ -350,128 +342,30 @@ private:
     unsigned i_;
 };
 
-// ---------------------------------------------------------------------------
-// Runners: run body(k) for k in [0, n) as n actors of one kind and return the
-// wall time in ns from the start of the first to the end of the last.
-// Building and tearing down the executor is not timed.
-
-// spindle: a root fiber spawns the actors (on its worker; idle workers steal
-// them) and joins them.
-template <class Body>
-double spindle_run(unsigned workers, int n, Body& body) {
-    spindle::scheduler sched(spindle::scheduler::options{.workers = workers, .stack_size = fiber_stack_bytes});
-    double t0 = now_ns();
-    sched.spawn([&body, n] {
-             std::vector<spindle::fiber> fs;
-             fs.reserve(static_cast<std::size_t>(n));
-             for (int k = 0; k < n; ++k) fs.push_back(spindle::fiber([&body, k] { body(k); }));
-             for (auto& f : fs) f.join();
-         })
-        .join();
-    return now_ns() - t0;
-}
-
-// OS threads: created first, released together at a gate.
-template <class Body>
-double threads_run(int n, Body& body) {
-    std::atomic<bool> go{false};
-    std::vector<std::thread> ts;
-    ts.reserve(static_cast<std::size_t>(n));
-    for (int k = 0; k < n; ++k)
-        ts.emplace_back([&, k] {
-            while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
-            body(k);
-        });
-    double t0 = now_ns();
-    go.store(true, std::memory_order_release);
-    for (auto& t : ts) t.join();
-    return now_ns() - t0;
-}
-
-// Boost.Fiber: the calling thread and workers-1 helper threads each install
-// work_stealing(workers) (round_robin when workers == 1: a one-thread
-// work_stealing spins forever trying to steal from itself); the main fiber
-// creates the actors and waits for a fiber-aware count to reach zero. Call
-// only in a forked child (see in_child).
-template <class Body>
-double boost_run(unsigned workers, int n, Body& body) {
-    bf::mutex done_m;
-    bf::condition_variable done_cv;
-    int remaining = n;
-    auto wait_done = [&] {
-        std::unique_lock<bf::mutex> lk(done_m);
-        done_cv.wait(lk, [&] { return remaining == 0; });
-    };
-    std::vector<std::thread> helpers;
-    for (unsigned k = 1; k < workers; ++k)
-        helpers.emplace_back([&] {
-            bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
-            wait_done();
-        });
-    if (workers == 1)
-        bf::use_scheduling_algorithm<bf::algo::round_robin>();
-    else
-        bf::use_scheduling_algorithm<bf::algo::work_stealing>(workers);
-    double t0 = now_ns();
-    for (int k = 0; k < n; ++k)
-        bf::fiber(std::allocator_arg, bf::fixedsize_stack(fiber_stack_bytes), [&, k] {
-            body(k);
-            std::unique_lock<bf::mutex> lk(done_m);
-            if (--remaining == 0) done_cv.notify_all();
-        }).detach();
-    wait_done();
-    double elapsed = now_ns() - t0;
-    for (auto& h : helpers) h.join();
-    return elapsed;
-}
-
-// Run fn() (returning std::vector<double>) in a forked child and return what
-// it returned. The child ends with _exit: Boost's process-static scheduler
-// registry is never torn down, and the parent never touches Boost.Fiber.
-// (As in ces_bench.cpp.)
-template <class Fn>
-std::vector<double> in_child(const char* what, Fn fn) {
-    int fds[2];
-    if (pipe(fds) != 0) fail("%s: pipe: %s", what, std::strerror(errno));
-    std::fflush(nullptr);
-    pid_t pid = fork();
-    if (pid < 0) fail("%s: fork: %s", what, std::strerror(errno));
-    if (pid == 0) {
-        close(fds[0]);
-        alarm(child_timeout_s);
-        std::vector<double> v = fn();
-        const char* p = reinterpret_cast<const char*>(v.data());
-        std::size_t left = v.size() * sizeof(double);
-        while (left > 0) {
-            ssize_t k = write(fds[1], p, left);
-            if (k < 0 && errno == EINTR) continue;
-            if (k <= 0) _exit(3);
-            p += k;
-            left -= static_cast<std::size_t>(k);
-        }
-        close(fds[1]);
-        _exit(0);
+// The runners of this program's measure functions: n actors as fibers on
+// `workers` spindle workers, or as n OS threads.
+struct fiber_runner {
+    unsigned workers;
+    template <class Body>
+    double operator()(int n, Body& body) const {
+        return spindle_run(workers, n, body, fiber_stack_bytes);
     }
-    close(fds[1]);
-    std::vector<char> bytes;
-    char buf[4096];
-    for (;;) {
-        ssize_t k = read(fds[0], buf, sizeof buf);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) break;
-        bytes.insert(bytes.end(), buf, buf + k);
+};
+struct thread_runner {
+    template <class Body>
+    double operator()(int n, Body& body) const {
+        return threads_run(static_cast<unsigned>(n), n, body);
     }
-    close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) fail("%s: waitpid: %s", what, std::strerror(errno));
-    if (WIFSIGNALED(status))
-        fail("%s: child killed by signal %d%s", what, WTERMSIG(status),
-             WTERMSIG(status) == SIGALRM ? " (timed out)" : "");
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail("%s: child failed with status %d", what, WEXITSTATUS(status));
-    std::vector<double> v(bytes.size() / sizeof(double));
-    std::memcpy(v.data(), bytes.data(), v.size() * sizeof(double));
+};
+
+// The actor counts of a sweep: --threads, else `quick` in quick mode, else
+// from..4x the CPUs, doubling.
+std::vector<unsigned> actor_counts(const harness& h, const run_options& o, std::vector<unsigned> quick,
+                                   unsigned from) {
+    if (!o.actors.empty()) return o.actors;
+    if (h.quick()) return quick;
+    std::vector<unsigned> v;
+    for (unsigned t = from; t <= 4 * g_cpus; t *= 2) v.push_back(t);
     return v;
 }
 
@@ -563,8 +457,8 @@ barrier_result barrier_measure(const barrier_setup& c, Run run, Wait wait_one, c
 double barrier_spindle(const barrier_setup& c, bool fibers) {
     long completions = 0;
     spindle::barrier<phase_counter> b(c.parties, phase_counter{&completions});
-    auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
-    auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+    const fiber_runner on_fibers{c.workers};
+    const thread_runner on_threads;
     const char* who = fibers ? "spindle_fiber" : "spindle_thread";
     auto wait = [&] { b.arrive_and_wait(); };
     barrier_result r = fibers ? barrier_measure(c, on_fibers, wait, who) : barrier_measure(c, on_threads, wait, who);
@@ -575,7 +469,7 @@ double barrier_spindle(const barrier_setup& c, bool fibers) {
 double barrier_std(const barrier_setup& c) {
     long completions = 0;
     std::barrier<phase_counter> b(c.parties, phase_counter{&completions});
-    auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+    const thread_runner on_threads;
     barrier_result r = barrier_measure(c, on_threads, [&] { b.arrive_and_wait(); }, "std_barrier");
     check_phases("std_barrier", completions, r.phases);
     return r.ns / static_cast<double>(r.phases);
@@ -585,7 +479,7 @@ double barrier_pthread(const barrier_setup& c) {
     pthread_barrier_t b;
     if (pthread_barrier_init(&b, nullptr, static_cast<unsigned>(c.parties)) != 0) fail("pthread_barrier_init failed");
     std::atomic<long> serial{0};
-    auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+    const thread_runner on_threads;
     barrier_result r = barrier_measure(
         c, on_threads,
         [&] {
@@ -602,7 +496,7 @@ double barrier_boost(const barrier_setup& c) {
     std::vector<double> v = in_child("boost_fiber", [&] {
         bf::barrier b(static_cast<std::size_t>(c.parties));
         std::atomic<long> serial{0};
-        auto on_boost = [w = c.workers](int n, auto& body) { return boost_run(w, n, body); };
+        auto on_boost = [w = c.workers](int n, auto& body) { return boost_run(w, n, body, fiber_stack_bytes); };
         barrier_result r = barrier_measure(
             c, on_boost,
             [&] {
@@ -617,14 +511,7 @@ double barrier_boost(const barrier_setup& c) {
 }
 
 void bench_barrier(harness& h, const run_options& o) {
-    std::vector<unsigned> ps = o.actors;
-    if (ps.empty()) {
-        if (h.quick()) {
-            ps = {2, 4, 8};
-        } else {
-            for (unsigned p = 2; p <= 4 * g_cpus; p *= 2) ps.push_back(p);
-        }
-    }
+    const std::vector<unsigned> ps = actor_counts(h, o, {2, 4, 8}, 2);
     std::vector<unsigned> works = o.work_ns;
     if (works.empty()) works = h.quick() ? std::vector<unsigned>{200} : std::vector<unsigned>{100, 1000};
     for (unsigned work : works) {
@@ -720,14 +607,7 @@ double latch_rounds(const latch_setup& c, long& rounds_cap, Make make, Run run, 
 }
 
 void bench_latch(harness& h, const run_options& o) {
-    std::vector<unsigned> ts = o.actors;
-    if (ts.empty()) {
-        if (h.quick()) {
-            ts = {1, 2, 4};
-        } else {
-            for (unsigned t = 1; t <= 4 * g_cpus; t *= 2) ts.push_back(t);
-        }
-    }
+    const std::vector<unsigned> ts = actor_counts(h, o, {1, 2, 4}, 1);
     std::vector<unsigned> works = o.work_ns;
     if (works.empty()) works = {200};
     std::vector<int> counts = h.quick() ? std::vector<int>{64} : std::vector<int>{64, 1024};
@@ -738,8 +618,8 @@ void bench_latch(harness& h, const run_options& o) {
                 latch_setup c{static_cast<int>(t), count, fiber_workers(static_cast<int>(t), o), &wt};
                 auto spindle_make = [](std::ptrdiff_t n) { return std::make_unique<spindle::latch>(n); };
                 auto std_make = [](std::ptrdiff_t n) { return std::make_unique<std::latch>(n); };
-                auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
-                auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+                const fiber_runner on_fibers{c.workers};
+                const thread_runner on_threads;
                 // Each variant's rounds cap, kept between its measurements.
                 auto cap = [] { return std::make_shared<long>(latch_first_cap); };
                 const std::string shape = "threads = count-down actors; ";
@@ -830,14 +710,7 @@ double sem_run(const sem_setup& c, Sem& s, Run run, const char* who) {
 }
 
 void bench_semaphore(harness& h, const run_options& o) {
-    std::vector<unsigned> ts = o.actors;
-    if (ts.empty()) {
-        if (h.quick()) {
-            ts = {1, 2, 4, 8};
-        } else {
-            for (unsigned t = 1; t <= 4 * g_cpus; t *= 2) ts.push_back(t);
-        }
-    }
+    const std::vector<unsigned> ts = actor_counts(h, o, {1, 2, 4, 8}, 1);
     std::vector<unsigned> ks = o.permits;
     if (ks.empty()) ks = h.quick() ? std::vector<unsigned>{1, 4, 16} : std::vector<unsigned>{1, 2, 4, 8, 16};
     std::vector<unsigned> works = o.work_ns;
@@ -847,8 +720,8 @@ void bench_semaphore(harness& h, const run_options& o) {
             for (unsigned t : ts) {
                 const work_table& wt = work_for(work);
                 sem_setup c{static_cast<int>(t), static_cast<int>(k), fiber_workers(static_cast<int>(t), o), &wt};
-                auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
-                auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+                const fiber_runner on_fibers{c.workers};
+                const thread_runner on_threads;
                 std::vector<variant> vs;
                 vs.push_back(variant(
                     "spindle_fiber",
@@ -1275,14 +1148,7 @@ double pool_run(const pool_setup& c, Pool& p, Run run, const char* who) {
 }
 
 void bench_pool(harness& h, const run_options& o) {
-    std::vector<unsigned> ts = o.actors;
-    if (ts.empty()) {
-        if (h.quick()) {
-            ts = {1, 2, 4, 8};
-        } else {
-            for (unsigned t = 1; t <= 4 * g_cpus; t *= 2) ts.push_back(t);
-        }
-    }
+    const std::vector<unsigned> ts = actor_counts(h, o, {1, 2, 4, 8}, 1);
     std::vector<unsigned> sizes = o.pool_sizes;
     if (sizes.empty()) sizes = h.quick() ? std::vector<unsigned>{1, 4, 16} : std::vector<unsigned>{1, 2, 4, 8, 16};
     std::vector<unsigned> works = o.work_ns;
@@ -1292,8 +1158,8 @@ void bench_pool(harness& h, const run_options& o) {
             for (unsigned t : ts) {
                 const work_table& wt = work_for(work);
                 pool_setup c{static_cast<int>(t), static_cast<int>(size), fiber_workers(static_cast<int>(t), o), &wt};
-                auto on_fibers = [w = c.workers](int n, auto& body) { return spindle_run(w, n, body); };
-                auto on_threads = [](int n, auto& body) { return threads_run(n, body); };
+                const fiber_runner on_fibers{c.workers};
+                const thread_runner on_threads;
                 const std::string elems = "; elements: indices 0 .. pool_size-1, each with its own cache line";
                 std::vector<variant> vs;
                 vs.push_back(variant(
