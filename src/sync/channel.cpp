@@ -20,16 +20,6 @@ std::byte* allocate_storage(std::size_t capacity, std::size_t max_capacity, cons
     return static_cast<std::byte*>(::operator new(capacity * ops.size, std::align_val_t{ops.align}));
 }
 
-// Spin step while a canceller finishes with a sender we completed.
-void backoff(unsigned& spins) noexcept {
-    if (++spins < 128) {
-        arch::cpu_relax();
-    } else {
-        sched_yield_now();  // the canceller was preempted
-        spins = 0;
-    }
-}
-
 }  // namespace
 
 channel_core::channel_core(std::size_t capacity, const channel_elem_ops& ops, handoff policy)

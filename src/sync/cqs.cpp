@@ -13,16 +13,6 @@ constexpr std::uint32_t removable_word = cqs_segment_cells;  // all cells dead, 
 // How long a sync resume waits for its suspender before it breaks the cell.
 constexpr unsigned sync_resume_spins = 256;
 
-// Spin step while another operation holds a cell in a transient state.
-void backoff(unsigned& spins) noexcept {
-    if (++spins < 128) {
-        arch::cpu_relax();
-    } else {
-        sched_yield_now();  // the holder was preempted
-        spins = 0;
-    }
-}
-
 }  // namespace
 
 // cqs_cell.hpp's environment: one segment of this queue.

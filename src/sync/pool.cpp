@@ -15,18 +15,6 @@ namespace {
 // and its store) unless its thread was preempted.
 constexpr unsigned retrieve_spins = 256;
 
-// Spin step while waiting for an operation that is under way (see the
-// header): spin, then give the thread up -- its holder was preempted. Never
-// a fiber switch: the operation we are part of must itself stay under way.
-void backoff(unsigned& spins) noexcept {
-    if (++spins < 128) {
-        arch::cpu_relax();
-    } else {
-        sched_yield_now();
-        spins = 0;
-    }
-}
-
 std::size_t clamp_capacity(std::size_t capacity) noexcept {
     if (capacity == 0) return 1;
     return capacity > pool_max_capacity ? pool_max_capacity : capacity;

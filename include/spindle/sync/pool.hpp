@@ -312,16 +312,8 @@ public:
     [[nodiscard]] std::size_t debug_queue_segments() noexcept { return core_.queue_segments(); }
 
 private:
-    static std::uint64_t encode(T v) noexcept {
-        std::uint64_t w = 0;
-        std::memcpy(&w, &v, sizeof(T));
-        return w;
-    }
-    static T decode(std::uint64_t w) noexcept {
-        T v{};
-        std::memcpy(&v, &w, sizeof(T));
-        return v;
-    }
+    static std::uint64_t encode(T v) noexcept { return detail::word_encode(v); }
+    static T decode(std::uint64_t w) noexcept { return detail::word_decode<T>(w); }
 
     detail::pool_core<detail::pool_storage_for<Order>> core_;
 };

@@ -10,6 +10,8 @@
 
 #include <ctime>
 
+#include <spindle/arch/context.hpp>  // cpu_relax
+
 #include <linux/futex.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -29,6 +31,20 @@ inline void futex_wait_for(std::atomic<std::uint32_t>* addr, std::uint32_t expec
 }
 
 inline void sched_yield_now() noexcept { ::syscall(SYS_sched_yield); }
+
+// One step of waiting for an operation another thread has under way (a
+// transient state it will leave in a few instructions): spin, and now and
+// then give the CPU up -- past 128 steps its thread was probably preempted.
+// Never a fiber switch: the caller may itself be part of an operation that
+// must stay under way.
+inline void backoff(unsigned& spins) noexcept {
+    if (++spins < 128) {
+        arch::cpu_relax();
+    } else {
+        sched_yield_now();
+        spins = 0;
+    }
+}
 
 inline void futex_wake(std::atomic<std::uint32_t>* addr, int count) noexcept {
     ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAKE_PRIVATE, count, nullptr,

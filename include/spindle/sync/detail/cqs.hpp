@@ -290,6 +290,22 @@ struct cqs_hooks {
     void* owner = nullptr;
 };
 
+// A value of at most 8 trivially copyable bytes as the 64-bit word the queue
+// (and the primitives' storage) carries, and back.
+template <class T>
+std::uint64_t word_encode(T v) noexcept {
+    static_assert(std::is_trivially_copyable_v<T> && sizeof(T) <= sizeof(std::uint64_t));
+    std::uint64_t w = 0;
+    std::memcpy(&w, &v, sizeof(T));
+    return w;
+}
+template <class T>
+T word_decode(std::uint64_t w) noexcept {
+    T v{};
+    std::memcpy(&v, &w, sizeof(T));
+    return v;
+}
+
 template <class T>
 struct cqs_result {
     cqs_status status;
@@ -341,16 +357,8 @@ public:
     [[nodiscard]] std::size_t live_segments() const noexcept { return base_.live_segments(); }
 
 private:
-    static std::uint64_t encode(T v) noexcept {
-        std::uint64_t w = 0;
-        std::memcpy(&w, &v, sizeof(T));
-        return w;
-    }
-    static T decode(std::uint64_t w) noexcept {
-        T v{};
-        std::memcpy(&v, &w, sizeof(T));
-        return v;
-    }
+    static std::uint64_t encode(T v) noexcept { return word_encode(v); }
+    static T decode(std::uint64_t w) noexcept { return word_decode<T>(w); }
     static bool on_cancellation_raw(void* self) noexcept {
         auto* q = static_cast<cqs*>(self);
         return q->hooks_.on_cancellation(q->hooks_.owner);
