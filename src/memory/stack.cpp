@@ -438,10 +438,11 @@ struct stack_pool {
         if (over && t_pool_deferred &&
             g_pool_surplus.fetch_add(1, std::memory_order_relaxed) < stack_pool_surplus_max) {  // a bound, orders nothing
             if (push(s)) return false;
-            g_pool_surplus.fetch_sub(1, std::memory_order_relaxed);
+            g_pool_surplus.fetch_sub(1, std::memory_order_relaxed);  // give the reservation back
             evicted = s;
             return true;
         }
+        // The reservation above failed (surplus full): undo it.
         if (over && t_pool_deferred) g_pool_surplus.fetch_sub(1, std::memory_order_relaxed);
         if (over) {
             evicted = entries[0];

@@ -139,7 +139,7 @@ channel_status channel_core::receive_slow(void* result, std::chrono::steady_cloc
 #endif
     const auto r = receivers_.suspend(deadline, st);
 #if SPINDLE_DEBUG_CHECKS
-    debug_receivers_.fetch_sub(1, std::memory_order_relaxed);
+    debug_receivers_.fetch_sub(1, std::memory_order_relaxed);  // a debug count; orders nothing
 #endif
     switch (r.status) {
     case cqs_status::resumed:
