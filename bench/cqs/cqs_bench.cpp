@@ -73,6 +73,18 @@
 //              the variant, round by round; target >= 50 at Q = 10 000).
 //              --quick runs linear_removal up to Q = 10 000 (an abort behind
 //              100 000 waiters walks 100 000 stacks: tens of ms each).
+//   memory     What a queued waiter costs (the target: at most one
+//              cell plus its fiber). Q = 100 000 fibers (1 worker, 16 KiB
+//              stacks) park on one queue; each variant runs in its own
+//              child process, so that no run reuses another's stacks.
+//              rss_bytes_per_waiter: the child's RSS growth / Q, for fibers
+//              parked on detail::cqs<unit> (spindle_simple) and on a
+//              counting_semaphore (spindle_smart), beside the reference
+//              fiber_only: Q fibers that are alive and yield in a ring
+//              (the fiber alone). queue_bytes_per_waiter: the queue's own
+//              memory, live segments x sizeof(cqs_segment) / Q, exact; a
+//              cell is 16 bytes, and the waiter's record (cqs_wait) lives on
+//              its fiber's stack.
 //   pool       T actors each run: { work; e = take(); work; put(e) } (§6.4:
 //              "the same benchmark as for semaphores", with elements), on a
 //              pool of N elements (param pool_size), the indices 0 .. N-1.
@@ -221,6 +233,7 @@ using spindle::bench::in_child;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::params;
+using spindle::bench::rss_bytes;
 using spindle::bench::spindle_run;
 using spindle::bench::threads_run;
 using spindle::bench::summary;
@@ -1285,6 +1298,93 @@ run_options take_own_args(int& argc, char** argv) {
 
 }  // namespace
 
+// ---------------------------------------------------------------------------
+// memory: bytes per queued waiter (see the header essay).
+
+enum class memory_kind { fiber_only, simple, smart };
+
+// In a child: {RSS growth in bytes, live segments of the queue} with q fibers
+// parked (or, for fiber_only, alive and yielding).
+std::vector<double> waiter_memory(memory_kind kind, long q) {
+    const long before = rss_bytes();
+    long during = 0;
+    std::size_t segments = 0;
+    spindle::detail::cqs<unit> simple{spindle::detail::cqs_cancellation::simple};
+    spindle::counting_semaphore<> smart{0};
+    {
+        spindle::scheduler sched({.workers = 1, .stack_size = queued_stack_bytes});
+        std::atomic<long> started{0};  // a count, polled until complete
+        std::atomic<bool> release{false};  // fiber_only's stop flag; the join orders what follows
+        std::vector<spindle::fiber> fs;
+        fs.reserve(static_cast<std::size_t>(q));
+        for (long i = 0; i < q; ++i)
+            fs.push_back(sched.spawn([&] {
+                started.fetch_add(1, std::memory_order_relaxed);
+                switch (kind) {
+                case memory_kind::fiber_only:
+                    while (!release.load(std::memory_order_relaxed)) spindle::this_fiber::yield();
+                    break;
+                case memory_kind::simple:
+                    if (simple.suspend().status != spindle::detail::cqs_status::resumed)
+                        fail("memory: a queued cqs waiter was not resumed");
+                    break;
+                case memory_kind::smart: smart.acquire(); break;
+                }
+            }));
+        while (started.load(std::memory_order_relaxed) != q) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        // On one worker the last fiber to count runs on until it parks: a
+        // fiber spawned now runs after every waiter has parked.
+        sched.spawn([] {}).join();
+        during = rss_bytes();
+        segments = kind == memory_kind::simple ? simple.live_segments() : 0;
+        if (kind == memory_kind::smart && smart.debug_count() != -q)
+            fail("memory: counting_semaphore counts %lld waiters, expected %ld",
+                 static_cast<long long>(-smart.debug_count()), q);
+        release.store(true, std::memory_order_relaxed);
+        if (kind == memory_kind::simple)
+            for (long i = 0; i < q; ++i)
+                if (!simple.resume(unit{})) fail("memory: resume of a queued cqs waiter failed");
+        if (kind == memory_kind::smart) smart.release(q);
+        for (auto& f : fs) f.join();
+    }
+    return {static_cast<double>(during - before), static_cast<double>(segments)};
+}
+
+void bench_memory(harness& h) {
+    const long q = 100000;
+    const int reps = h.reps(3, 5);
+    const char* names[] = {"fiber_only", "spindle_simple", "spindle_smart"};
+    const memory_kind kinds[] = {memory_kind::fiber_only, memory_kind::simple, memory_kind::smart};
+    std::vector<double> rss[3], queue_bytes;
+    for (int r = 0; r < reps; ++r)  // interleaved: one child per variant per round
+        for (int i = 0; i < 3; ++i) {
+            std::vector<double> v = in_child("memory", [&] { return waiter_memory(kinds[i], q); });
+            if (v.size() != 2) fail("memory: the child for %s returned no result", names[i]);
+            rss[i].push_back(v[0] / static_cast<double>(q));
+            if (kinds[i] == memory_kind::simple)
+                queue_bytes.push_back(v[1] * sizeof(spindle::detail::cqs_segment) / static_cast<double>(q));
+        }
+    const params ps{{"queued", static_cast<long long>(q)}, {"stack_bytes", static_cast<long long>(queued_stack_bytes)}};
+    const std::string notes[] = {
+        "the reference: Q fibers alive, each has run and yields in a ring (the fiber alone, no queue)",
+        "Q fibers parked in detail::cqs<unit>::suspend(); RSS growth of the child / Q",
+        "Q fibers parked in counting_semaphore::acquire(); RSS growth of the child / Q",
+    };
+    for (int i = 0; i < 3; ++i)
+        h.report("memory", ps, {"rss_bytes_per_waiter", false}, harness::summarize(names[i], rss[i]), i == 0, notes[i]);
+    const summary qb = harness::summarize("spindle_simple", queue_bytes);
+    h.report("memory", ps, {"queue_bytes_per_waiter", false}, qb, true,
+             "live segments x sizeof(cqs_segment) / Q with Q fibers parked (" +
+                 std::to_string(sizeof(spindle::detail::cqs_segment)) + "-byte segments of " +
+                 std::to_string(spindle::detail::cqs_segment_cells) + " cells; a cell is " +
+                 std::to_string(sizeof(spindle::detail::cqs_cell_slot)) + " bytes)");
+    const double fiber = harness::summarize("", rss[0]).median, parked = harness::summarize("", rss[2]).median;
+    std::fprintf(stderr,
+                 "  target (memory): a queued waiter <= one cell + its fiber: queue %.1f bytes per waiter (cell %zu), "
+                 "RSS per parked waiter %.0f bytes vs %.0f for the fiber alone (%.3fx)\n",
+                 qb.median, sizeof(spindle::detail::cqs_cell_slot), parked, fiber, fiber > 0 ? parked / fiber : 0.0);
+}
+
 int main(int argc, char** argv) {
     run_options o = take_own_args(argc, argv);
     harness h(argc, argv, "cqs");
@@ -1296,5 +1396,6 @@ int main(int argc, char** argv) {
     if (h.wants("semaphore")) bench_semaphore(h, o);
     if (h.wants("abort")) bench_abort(h, o);
     if (h.wants("pool")) bench_pool(h, o);
+    if (h.wants("memory")) bench_memory(h);
     return 0;
 }

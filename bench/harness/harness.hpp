@@ -40,7 +40,21 @@
 #include <utility>
 #include <vector>
 
+#include <unistd.h>  // sysconf
+
 namespace spindle::bench {
+
+// Resident set size of this process in bytes (from /proc/self/statm; 0 when
+// it cannot be read).
+inline long rss_bytes() {
+    std::FILE* f = std::fopen("/proc/self/statm", "r");
+    long pages_total = 0, pages_rss = 0;
+    if (f) {
+        if (std::fscanf(f, "%ld %ld", &pages_total, &pages_rss) != 2) pages_rss = 0;
+        std::fclose(f);
+    }
+    return pages_rss * sysconf(_SC_PAGESIZE);
+}
 
 inline double now_ns() {
     return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(

@@ -34,6 +34,7 @@ using spindle::bench::harness;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::params;
+using spindle::bench::rss_bytes;
 using spindle::bench::variant;
 
 namespace {
@@ -431,16 +432,6 @@ void bench_write_fully(harness& h) {
 
 // ---------------------------------------------------------------------------
 // memory: resident memory of many live fibers with small stacks.
-long rss_bytes() {
-    std::FILE* f = std::fopen("/proc/self/statm", "r");
-    long pages_total = 0, pages_rss = 0;
-    if (f) {
-        if (std::fscanf(f, "%ld %ld", &pages_total, &pages_rss) != 2) pages_rss = 0;
-        std::fclose(f);
-    }
-    return pages_rss * sysconf(_SC_PAGESIZE);
-}
-
 void bench_memory(harness& h) {
     const int fibers = 100'000;
     const std::size_t stack = 16 * 1024;
