@@ -15,6 +15,8 @@
 //                           and nothing is saved twice.
 //   SPINDLE_ASAN, SPINDLE_TSAN   1 when built with that sanitizer.
 //   SPINDLE_CACHE_LINE      destructive interference size we pad to.
+//   SPINDLE_INITIAL_EXEC_TLS  the initial-exec TLS model for a thread_local
+//                           the lock layer reads on its fast paths.
 #pragma once
 
 #include <cstddef>
@@ -52,6 +54,13 @@
 #ifndef SPINDLE_TSAN
 #define SPINDLE_TSAN 0
 #endif
+
+// The thread-locals of locks/ are reached with one thread-pointer-relative
+// load even from a shared library: the initial-exec model skips
+// __tls_get_addr. Such a library must be loaded at program start (linked in,
+// or LD_PRELOAD), not dlopen()ed late -- which is how the pthread
+// interposition library is loaded.
+#define SPINDLE_INITIAL_EXEC_TLS __attribute__((tls_model("initial-exec")))
 
 // Debug checks (misuse detection). On in debug builds, or when asked for.
 #if !defined(SPINDLE_DEBUG_CHECKS)

@@ -51,6 +51,21 @@ inline void futex_wake(std::atomic<std::uint32_t>* addr, int count) noexcept {
               nullptr, 0);
 }
 
+// FUTEX_WAIT_BITSET / FUTEX_WAKE_BITSET: a wake reaches only the sleepers
+// whose bitset shares a bit with the waker's (ticket_park_lock keys them by
+// ticket, so an unlock wakes the next ticket's holder and not the whole
+// queue). `bitset` must not be 0.
+inline void futex_wait_bitset(std::atomic<std::uint32_t>* addr, std::uint32_t expected,
+                              std::uint32_t bitset) noexcept {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT_BITSET_PRIVATE, expected,
+              nullptr, nullptr, bitset);
+}
+
+inline void futex_wake_bitset(std::atomic<std::uint32_t>* addr, int count, std::uint32_t bitset) noexcept {
+    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAKE_BITSET_PRIVATE, count, nullptr,
+              nullptr, bitset);
+}
+
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
               "a futex word must be a plain 32-bit integer");
 

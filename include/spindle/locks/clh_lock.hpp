@@ -1,0 +1,222 @@
+// spindle/locks/clh_lock.hpp — the CLH queue lock, and its spin-then-park
+// twin.
+//
+//     spindle::clh_lock l;          // spins
+//     spindle::clh_park_lock p;     // spins a little, then sleeps on a futex
+//     { std::lock_guard g(l); ... }
+//
+// Craig 1993; Magnusson, Landin and Hagersten, IPPS 1994. A locker marks its
+// node "waiting", swaps it into the lock's tail and spins on its
+// *predecessor's* node until that turns "granted"; the queue is implicit
+// (nobody links anything), and each node is watched by one successor only
+// (local spinning). The predecessor's node then belongs to the new holder,
+// which caches it for its next lock(): nodes migrate between threads. An
+// unlock with a successor is one store into its own node, which the
+// successor inherits.
+//
+// Unlike the textbook CLH, a free lock here has a null tail -- no dummy
+// node, so the all-zero bytes are an unlocked lock (the pthread_mutex_t
+// contract of preload/) and destroying a lock leaks nothing. The price: an
+// unlock first tries to CAS the tail from its own node back to null (one
+// CAS when nobody waits, as in MCS; the node then stays with its thread),
+// and a locker that swapped out null holds the lock at once. The lock keeps
+// its holder's node (`holder`), so unlock() needs no argument (Table 1 of
+// the Hemlock paper: 2 words), and a thread can hold any number of CLH
+// locks, released in any order. try_lock() is a CAS of the tail from null:
+// trivial here, though not for the textbook CLH.
+//
+// Fairness: FIFO, in the order the swaps on `tail` landed. try_lock()
+// succeeds only on a free lock, so it never overtakes a waiter.
+//
+// Space (the Hemlock paper's Table 1; E = one 64-byte queue node): lock 16
+// bytes, per held lock E, per waiter E, per thread a cache of up to 16 E
+// (allocated on first use, returned to a process-wide pool at thread exit);
+// no initialization and no dummy node, trivially destructible.
+//
+// Node lifetime (detail/queue_node.hpp): the node a waiter inherits is its
+// predecessor's, whose thread may exit right after its unlock; a park
+// variant's unlock may still be making the futex wake for it after the
+// successor has recycled it. Nodes are type-stable (never unmapped), so
+// neither is a use after free.
+//
+// Lock words:
+//
+//     +-------------------------+-------------------------+
+//     | tail (queue_node*)      | holder (queue_node*)    |
+//     +-------------------------+-------------------------+
+//
+//     (tail, holder):  (0, 0)  free
+//                      (n, n)  held by n's thread, nobody waiting
+//                      (t, n)  held by n's thread, t the last waiter's node
+//     (holder is written by the new holder just after it is let in, and
+//     cleared by it at the start of unlock: briefly (t, 0) in between.)
+//
+//     node->state:  node_waiting (1) while its thread waits for or holds the
+//                   lock -> node_granted (0) by that thread's unlock, which
+//                   lets the successor in. park variant: node_waiting ->
+//                   node_sleeping (2) by the successor before it sleeps; the
+//                   unlock swaps node_granted in and wakes it only if it
+//                   took out node_sleeping.
+//
+// Contract (both variants):
+//
+//     state \ call     lock()              try_lock()    unlock()
+//     free             held by caller      true, held    invalid (1)
+//     held by caller   deadlock (2)        false         free / next in queue
+//     held by another  waits (FIFO)        false         invalid (2)
+//
+//     (1) aborts with "spindle::clh_lock at <address>: unlock() of a lock
+//         that is not locked" in debug builds (SPINDLE_DEBUG_CHECKS);
+//         undefined otherwise.
+//     (2) undefined; not detected.
+//
+// Undefined: the uses marked above; copying or moving a lock (deleted);
+// destroying a held lock.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <spindle/arch/config.hpp>
+#include <spindle/arch/context.hpp>  // cpu_relax
+#include <spindle/locks/detail/futex.hpp>
+#include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/queue_node.hpp>
+#include <spindle/locks/wait_policy.hpp>
+
+namespace spindle {
+
+template <class Wait>
+class SPINDLE_CAPABILITY("mutex") basic_clh_lock {
+public:
+    static constexpr const char* name = Wait::parks ? "spindle::clh_park_lock" : "spindle::clh_lock";
+    static constexpr bool is_fifo = true;
+    static constexpr bool parks = Wait::parks;
+
+    constexpr basic_clh_lock() noexcept = default;
+    basic_clh_lock(const basic_clh_lock&) = delete;
+    basic_clh_lock& operator=(const basic_clh_lock&) = delete;
+
+    void lock() noexcept SPINDLE_ACQUIRE() {
+        annotate::pre_lock(this);
+        detail::queue_node* n = fresh_node();
+        // (tail): p -> n. release: n->state is node_waiting before our
+        // successor (who swaps after us) reads it. acquire pairs with the
+        // release CAS of an unlock that emptied the queue (p == null: its
+        // critical section happens before ours).
+        detail::queue_node* p = tail_.exchange(n, std::memory_order_acq_rel);
+        if (p != nullptr) [[unlikely]]
+            wait_behind(p);
+        // (holder): 0 -> n. relaxed: read by our own unlock.
+        holder_.store(n, std::memory_order_relaxed);
+        annotate::post_lock(this);
+    }
+
+    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
+        annotate::pre_try_lock(this);
+        bool ok = false;
+        // relaxed: a held lock fails without a node or a write.
+        if (tail_.load(std::memory_order_relaxed) == nullptr) {
+            detail::queue_node* n = fresh_node();
+            detail::queue_node* expected = nullptr;
+            // (tail): 0 -> n. acq_rel: as the swap in lock().
+            ok = tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed);
+            if (ok) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
+            else detail::give_node(n);
+        }
+        annotate::post_try_lock(this, ok);
+        return ok;
+    }
+
+    void unlock() noexcept SPINDLE_RELEASE() {
+        annotate::pre_unlock(this);
+        // relaxed: we wrote it in lock().
+        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
+        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
+        // (holder): n -> 0. relaxed: the release below orders it before the
+        // next holder's store.
+        holder_.store(nullptr, std::memory_order_relaxed);
+        detail::queue_node* expected = n;
+        // (tail): n -> 0 when nobody queued behind n. release pairs with the
+        // acquire swap/CAS of the next locker, who finds the lock free.
+        if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
+                                          std::memory_order_relaxed)) [[likely]] {
+            detail::give_node(n);  // nobody saw n: it stays ours
+        } else {
+            // A successor watches n: let it in. n is its now.
+            grant(n);
+        }
+        annotate::post_unlock(this);
+    }
+
+private:
+    friend struct detail::lock_probe;
+    using annotate = detail::tsan_lock_annotations;
+    using node = detail::queue_node;
+
+    static node* fresh_node() noexcept {
+        node* n = detail::take_node();
+        // relaxed: published by the release half of the swap/CAS on tail.
+        n->state.store(detail::node_waiting, std::memory_order_relaxed);
+        return n;
+    }
+
+    // Wait for p's thread to let us in, then take p: its thread never
+    // touches it again as a node (a park variant's late wake names only its
+    // address).
+    SPINDLE_COLD static void wait_behind(node* p) noexcept {
+        // acquire pairs with the release store/exchange in grant(): the
+        // predecessor's critical section happens before ours.
+        if constexpr (!Wait::parks) {
+            unsigned steps = 0;
+            while (p->state.load(std::memory_order_acquire) != detail::node_granted) detail::spin_step<Wait>(steps);
+        } else {
+            unsigned i = 0;
+            for (; i < Wait::spin_steps; ++i) {
+                if (p->state.load(std::memory_order_acquire) == detail::node_granted) break;
+                arch::cpu_relax();
+            }
+            if (i == Wait::spin_steps) {
+                std::uint32_t s = p->state.load(std::memory_order_acquire);
+                while (s != detail::node_granted) {
+                    // (p->state): waiting -> sleeping, then sleep while it
+                    // stays so. The CAS fails if the grant came first; the
+                    // futex returns at once if it came in between.
+                    if (s == detail::node_waiting &&
+                        !p->state.compare_exchange_strong(s, detail::node_sleeping, std::memory_order_acquire,
+                                                          std::memory_order_acquire))
+                        continue;
+                    detail::futex_wait(&p->state, detail::node_sleeping);
+                    s = p->state.load(std::memory_order_acquire);
+                }
+            }
+        }
+        detail::give_node(p);
+    }
+
+    // (n->state): waiting|sleeping -> granted. release pairs with the
+    // successor's acquire loads in wait_behind(): our critical section
+    // happens before its.
+    static void grant(node* n) noexcept {
+        if constexpr (!Wait::parks) {
+            n->state.store(detail::node_granted, std::memory_order_release);
+        } else {
+            // The wake only names the address: the successor may already
+            // have taken n, and even reused it (see the header).
+            if (n->state.exchange(detail::node_granted, std::memory_order_release) == detail::node_sleeping)
+                detail::futex_wake(&n->state, 1);
+        }
+    }
+
+    [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
+        detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
+    }
+
+    std::atomic<detail::queue_node*> tail_{nullptr};    // the last node in the queue; null: free
+    std::atomic<detail::queue_node*> holder_{nullptr};  // the holder's node
+};
+
+using clh_lock = basic_clh_lock<spin_wait>;
+using clh_park_lock = basic_clh_lock<park_wait>;
+
+}  // namespace spindle

@@ -1,0 +1,128 @@
+// spindle/locks/detail/queue_node.hpp — the queue elements of MCS and CLH,
+// and where they come from.
+//
+// A thread may hold and wait for any number of MCS or CLH locks at once and
+// release them in any order, so it needs one node per lock it holds or waits
+// for -- not one per thread. Nodes come from a per-thread cache (a LIFO
+// free list in trivially destructible, initial-exec TLS: a lock() pops one
+// with two loads and a store, an unlock() pushes one back) backed by a
+// process-wide pool.
+//
+// Lifetime. Nodes are type-stable: carved out of 16 KiB mmap chunks, never
+// unmapped, never freed, only recycled. That settles the reader-after-free
+// questions both algorithms raise:
+//
+//   * a CLH thread inherits its predecessor's node and leaves its own to its
+//     successor, so the node a thread gives back is rarely the one it took,
+//     and its previous owner (possibly an exited thread) may still be
+//     issuing the futex wake that goes with the handoff;
+//   * a park-variant unlock writes its successor's word and then wakes it:
+//     by then the successor may have run, unlocked and recycled the node.
+//
+// A late wake on a recycled node can only wake whoever sleeps on it now, and
+// every sleeper re-checks its word (the futex contract). No malloc: a lock
+// inside malloc's own pthread mutex (LD_PRELOAD under jemalloc, say) must not
+// call back into malloc.
+//
+// The pool is a lock-free stack (Treiber) of node indices with a 32-bit ABA
+// tag in one 64-bit word, so it takes no lock that a fork() could leave held
+// in the child, or that an atfork handler locking its own mutexes could
+// deadlock on.
+//
+// Bounds. A thread's cache holds at most node_cache_limit nodes; past that,
+// half go back to the pool (a CLH thread that keeps inheriting nodes and
+// keeps releasing its own uncontended would otherwise hoard them). An
+// exiting thread returns its whole cache (detail::run_at_thread_exit). The
+// pool hands out pooled nodes before it carves new ones, so the nodes ever
+// carved stay within the peak number in use (held, waited for, cached) plus
+// a chunk per thread that found the pool empty at the same moment. The main
+// thread's cache is not returned at exit().
+//
+// A node (one cache line, so each waiter spins on a line of its own):
+//
+//     +-------------+-------------+-------------+-------------+-------------+-----
+//     | next  (8)   | state (4)   | index (4)   | free_next(8)| pool_next(4)| pad
+//     +-------------+-------------+-------------+-------------+-------------+-----
+//
+//     next       MCS: the successor's node, written by the successor
+//     state      node_granted (0) | node_waiting (1) | node_sleeping (2)
+//                MCS: the waiter's own node; CLH: the node its successor
+//                watches. node_sleeping only in park variants: the watcher
+//                sleeps on this word's futex, so whoever writes node_granted
+//                must wake it.
+//     index      the node's pool name (1-based), fixed when carved
+//     free_next  the link in the cache of the thread that holds the node
+//     pool_next  the link in the pool stack (an index; 0 ends it)
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include <spindle/arch/config.hpp>
+
+namespace spindle::detail {
+
+inline constexpr std::uint32_t node_granted = 0;
+inline constexpr std::uint32_t node_waiting = 1;
+inline constexpr std::uint32_t node_sleeping = 2;
+
+struct alignas(arch::cache_line) queue_node {
+    std::atomic<queue_node*> next{nullptr};
+    std::atomic<std::uint32_t> state{node_granted};
+    std::uint32_t index = 0;
+    queue_node* free_next = nullptr;  // only the thread whose cache holds the node touches it
+    // Read by a popper that may lose the race for the node (the ABA tag
+    // then fails its CAS): atomic, relaxed.
+    std::atomic<std::uint32_t> pool_next{0};
+};
+static_assert(sizeof(queue_node) == arch::cache_line, "a queue node is one cache line");
+
+struct node_cache {
+    queue_node* head;
+    std::uint32_t count;
+    // 0 until the thread registered its exit hook (its first refill or spill
+    // does); cache_limit after; 0 again once it is exiting, so that every
+    // push spills straight to the pool.
+    std::uint32_t limit;
+};
+
+inline constexpr std::uint32_t node_cache_limit = 16;  // cached nodes per thread, at most
+inline constexpr std::uint32_t node_refill_batch = 4;  // taken from the pool at a time
+
+inline constinit thread_local node_cache tl_node_cache SPINDLE_INITIAL_EXEC_TLS{};
+
+// The cold halves (src/locks/queue_node.cpp).
+SPINDLE_COLD queue_node* node_cache_refill() noexcept;  // the cache is empty: one node for the caller
+SPINDLE_COLD void node_cache_spill() noexcept;          // count > limit
+
+// A node for this thread's next enqueue. Its fields are whatever its last
+// use left: the caller sets them.
+SPINDLE_ALWAYS_INLINE queue_node* take_node() noexcept {
+    node_cache& c = tl_node_cache;
+    queue_node* n = c.head;
+    if (n != nullptr) [[likely]] {
+        c.head = n->free_next;
+        --c.count;
+        return n;
+    }
+    return node_cache_refill();
+}
+
+// Give a node nobody else will read again (as a node) to this thread.
+SPINDLE_ALWAYS_INLINE void give_node(queue_node* n) noexcept {
+    node_cache& c = tl_node_cache;
+    n->free_next = c.head;
+    c.head = n;
+    if (++c.count > c.limit) [[unlikely]]
+        node_cache_spill();
+}
+
+// For tests: nodes carved since the process started, and nodes in the pool.
+struct queue_node_stats {
+    std::size_t carved;
+    std::size_t pooled;
+};
+queue_node_stats queue_node_pool_stats() noexcept;
+
+}  // namespace spindle::detail

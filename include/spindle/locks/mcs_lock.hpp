@@ -1,0 +1,237 @@
+// spindle/locks/mcs_lock.hpp — the MCS queue lock, and its spin-then-park
+// twin.
+//
+//     spindle::mcs_lock l;          // spins
+//     spindle::mcs_park_lock p;     // spins a little, then sleeps on a futex
+//     { std::lock_guard g(l); ... }
+//
+// Mellor-Crummey and Scott, ACM TOCS 1991. A locker swaps its queue node
+// into the lock's tail; if there was a predecessor it links itself behind
+// it and spins on a flag in its *own* node, so each waiter spins on a cache
+// line of its own (local spinning) and an unlock invalidates exactly one
+// waiter's line. unlock() hands the lock to the node linked behind its own,
+// or, with no successor, CASes the tail from its node back to null. A
+// successor that has swapped the tail but not linked itself yet makes the
+// unlock wait for the link (the one wait in an unlock here; it yields the
+// CPU if the linker was preempted).
+//
+// Context: the lock keeps its holder's node (`holder`), so unlock() needs
+// no argument -- the usual way to give MCS a Lockable interface (the
+// Hemlock paper, Table 1: 2 words). Nodes come from a per-thread cache (see
+// detail/queue_node.hpp): a thread can hold any number of MCS locks and
+// release them in any order. Uncontended: a node popped from the cache, a
+// swap and a store to lock; a load, a CAS and a push to unlock.
+//
+// Fairness: FIFO, in the order the swaps on `tail` landed. try_lock()
+// succeeds only on a free lock, so it never overtakes a waiter.
+//
+// Space (the Hemlock paper's Table 1; E = one 64-byte queue node): lock 16
+// bytes, per held lock E, per waiter E, per thread a cache of up to 16 E
+// (allocated on first use, returned to a process-wide pool at thread exit);
+// no initialization (all-zero is unlocked; no dummy node), trivially
+// destructible.
+//
+// Lock words:
+//
+//     +-------------------------+-------------------------+
+//     | tail (queue_node*)      | holder (queue_node*)    |
+//     +-------------------------+-------------------------+
+//
+//     (tail, holder):  (0, 0)  free
+//                      (n, n)  held by n's thread, nobody waiting
+//                      (t, n)  held by n's thread, t the last waiter
+//     (holder is written by the new holder just after it is let in, and
+//     cleared by it at the start of unlock: briefly (t, 0) in between.)
+//
+//     node->state:  node_waiting (1) -> node_granted (0): the predecessor's
+//                   unlock let this node's thread in. park variant:
+//                   node_waiting -> node_sleeping (2) by the waiter before it
+//                   sleeps; the unlock swaps node_granted in and wakes it
+//                   only if it took out node_sleeping.
+//
+// Contract (both variants):
+//
+//     state \ call     lock()              try_lock()    unlock()
+//     free             held by caller      true, held    invalid (1)
+//     held by caller   deadlock (2)        false         free / next in queue
+//     held by another  waits (FIFO)        false         invalid (2)
+//
+//     (1) aborts with "spindle::mcs_lock at <address>: unlock() of a lock
+//         that is not locked" in debug builds (SPINDLE_DEBUG_CHECKS);
+//         undefined otherwise.
+//     (2) undefined; not detected.
+//
+// Undefined: the uses marked above; copying or moving a lock (deleted);
+// destroying a held lock; a thread that exits holding a lock (its node stays
+// in the lock and is recycled by whoever unlocks it -- but see (2)).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+
+#include <spindle/arch/config.hpp>
+#include <spindle/arch/context.hpp>  // cpu_relax
+#include <spindle/locks/detail/futex.hpp>
+#include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/queue_node.hpp>
+#include <spindle/locks/wait_policy.hpp>
+
+namespace spindle {
+
+template <class Wait>
+class SPINDLE_CAPABILITY("mutex") basic_mcs_lock {
+public:
+    static constexpr const char* name = Wait::parks ? "spindle::mcs_park_lock" : "spindle::mcs_lock";
+    static constexpr bool is_fifo = true;
+    static constexpr bool parks = Wait::parks;
+
+    constexpr basic_mcs_lock() noexcept = default;
+    basic_mcs_lock(const basic_mcs_lock&) = delete;
+    basic_mcs_lock& operator=(const basic_mcs_lock&) = delete;
+
+    void lock() noexcept SPINDLE_ACQUIRE() {
+        annotate::pre_lock(this);
+        detail::queue_node* n = fresh_node();
+        // (tail): p -> n. release: n's fields above are written before a
+        // successor that swaps after us links into n->next or reads it.
+        // acquire pairs with the release CAS of an unlock that emptied the
+        // queue (p == null: its critical section happens before ours), and
+        // with p's owner's release swap (p's fields are set before we write
+        // p->next).
+        detail::queue_node* p = tail_.exchange(n, std::memory_order_acq_rel);
+        if (p != nullptr) [[unlikely]]
+            wait_behind(p, n);
+        // (holder): 0 -> n. relaxed: read by our own unlock, or by whoever
+        // the lock is next handed to, after the release/acquire of that
+        // handover.
+        holder_.store(n, std::memory_order_relaxed);
+        annotate::post_lock(this);
+    }
+
+    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
+        annotate::pre_try_lock(this);
+        bool ok = false;
+        // relaxed: a held lock fails without a node or a write.
+        if (tail_.load(std::memory_order_relaxed) == nullptr) {
+            detail::queue_node* n = fresh_node();
+            detail::queue_node* expected = nullptr;
+            // (tail): 0 -> n. acq_rel: as the swap in lock().
+            ok = tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed);
+            if (ok) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
+            else detail::give_node(n);
+        }
+        annotate::post_try_lock(this, ok);
+        return ok;
+    }
+
+    void unlock() noexcept SPINDLE_RELEASE() {
+        annotate::pre_unlock(this);
+        // relaxed: we wrote it in lock() (or were handed the lock after it
+        // was written, with a release/acquire pair).
+        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
+        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
+        // (holder): n -> 0. relaxed: the release below orders it before the
+        // next holder's store.
+        holder_.store(nullptr, std::memory_order_relaxed);
+        // acquire pairs with the successor's release store of the link: its
+        // node's fields are set before we write its state.
+        detail::queue_node* succ = n->next.load(std::memory_order_acquire);
+        if (succ == nullptr) [[likely]] {
+            detail::queue_node* expected = n;
+            // (tail): n -> 0. release pairs with the acquire swap/CAS of the
+            // next locker, who finds the queue empty.
+            if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
+                                              std::memory_order_relaxed)) [[likely]] {
+                detail::give_node(n);
+                annotate::post_unlock(this);
+                return;
+            }
+            succ = await_link(n);
+        }
+        grant(succ);
+        // Nobody reads n any more: the successor wrote n->next and spins on
+        // its own node.
+        detail::give_node(n);
+        annotate::post_unlock(this);
+    }
+
+private:
+    friend struct detail::lock_probe;
+    using annotate = detail::tsan_lock_annotations;
+    using node = detail::queue_node;
+
+    static node* fresh_node() noexcept {
+        node* n = detail::take_node();
+        // relaxed: published by the release half of the swap/CAS on tail.
+        n->next.store(nullptr, std::memory_order_relaxed);
+        n->state.store(detail::node_waiting, std::memory_order_relaxed);
+        return n;
+    }
+
+    SPINDLE_COLD static void wait_behind(node* p, node* n) noexcept {
+        // (p->next): 0 -> n. release pairs with the acquire load of p->next
+        // in p's owner's unlock: n's fields are set before it writes n->state.
+        p->next.store(n, std::memory_order_release);
+        // acquire pairs with the release store/exchange of node_granted in
+        // grant(): the predecessor's critical section happens before ours.
+        if constexpr (!Wait::parks) {
+            unsigned steps = 0;
+            while (n->state.load(std::memory_order_acquire) != detail::node_granted) detail::spin_step<Wait>(steps);
+        } else {
+            for (unsigned i = 0; i < Wait::spin_steps; ++i) {
+                if (n->state.load(std::memory_order_acquire) == detail::node_granted) return;
+                arch::cpu_relax();
+            }
+            std::uint32_t s = n->state.load(std::memory_order_acquire);
+            while (s != detail::node_granted) {
+                // (n->state): waiting -> sleeping, then sleep while it stays
+                // so. The CAS fails if the grant came first; the futex
+                // returns at once if it came in between.
+                if (s == detail::node_waiting &&
+                    !n->state.compare_exchange_strong(s, detail::node_sleeping, std::memory_order_acquire,
+                                                      std::memory_order_acquire))
+                    continue;
+                detail::futex_wait(&n->state, detail::node_sleeping);
+                s = n->state.load(std::memory_order_acquire);
+            }
+        }
+    }
+
+    // A successor swapped the tail after us but has not linked itself yet:
+    // it is between its swap and its store to n->next, a few instructions
+    // unless it was preempted there (then backoff yields the CPU to it).
+    SPINDLE_COLD static node* await_link(node* n) noexcept {
+        unsigned spins = 0;
+        node* succ;
+        // acquire: as the load of n->next in unlock().
+        while ((succ = n->next.load(std::memory_order_acquire)) == nullptr) detail::backoff(spins);
+        return succ;
+    }
+
+    // (succ->state): waiting|sleeping -> granted. release pairs with the
+    // successor's acquire loads in wait_behind(): our critical section
+    // happens before its.
+    static void grant(node* succ) noexcept {
+        if constexpr (!Wait::parks) {
+            succ->state.store(detail::node_granted, std::memory_order_release);
+        } else {
+            // The wake only names the address: by the time it runs the
+            // successor may have run on and recycled its node (nodes are
+            // never unmapped; a stray wake is a spurious one).
+            if (succ->state.exchange(detail::node_granted, std::memory_order_release) == detail::node_sleeping)
+                detail::futex_wake(&succ->state, 1);
+        }
+    }
+
+    [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
+        detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
+    }
+
+    std::atomic<detail::queue_node*> tail_{nullptr};    // the last node in the queue; null: free
+    std::atomic<detail::queue_node*> holder_{nullptr};  // the holder's node
+};
+
+using mcs_lock = basic_mcs_lock<spin_wait>;
+using mcs_park_lock = basic_mcs_lock<park_wait>;
+
+}  // namespace spindle
