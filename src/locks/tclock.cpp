@@ -1,0 +1,805 @@
+// src/locks/tclock.cpp — the slow paths of tclock, tclock_blocking and
+// tclock_shared: ephemeral stacks, the waiter queue, combining, nesting,
+// out-of-order release and the hand-back of tclock_may_block().
+//
+// The design is in include/spindle/locks/tclock.hpp. This file has five parts:
+//
+//   1. raw system calls and the per-thread record (ephemeral stack, frames);
+//   2. gates: how each lock kind is taken, released and put in combining mode;
+//   3. the core, one instantiation per gate: lock_slow, the ephemeral entry
+//      (queue, head, combining loop), unlock_slow, the waiter-to-waiter jump;
+//   4. out-of-order release and tclock_may_block;
+//   5. the reader slow path of tclock_shared, misuse reports.
+//
+// Names used below. A *request* is one contended lock() call: its qnode sits
+// at the top of a fresh frame of the calling thread's ephemeral stack, and
+// its *main* context (where lock() was called) waits in a lock_landing in
+// lock_slow's frame. A *combine frame* (tc_frame) lives on a combiner's
+// ephemeral stack while it runs other requests' sections; the thread's record
+// keeps a stack of them (innermost first), because a section run by a
+// combiner may itself queue for, or combine, another lock.
+//
+// Invariants:
+//   (I1) a request's main stack is used by at most one thread at a time: its
+//        own thread until it switched to the ephemeral stack, then the
+//        combiner from the switch into its landing until the switch out at
+//        its unlock, then its own thread again after "done";
+//   (I2) a combiner runs request r only if r->next is non-null, so a request
+//        it runs is never the queue's tail and its successor can always take
+//        the head role: a combiner never resets the tail;
+//   (I3) while a thread's top combine frame f exists, the code running on
+//        that thread (outside its ephemeral stack) is f->curr's section, or
+//        code that section called;
+//   (I4) exactly one request is owed a "done" at any time in a batch:
+//        f->to_notify; it is told once its context is saved, by the next
+//        landing or by the loop.
+#include <spindle/locks/tclock.hpp>
+#include <spindle/locks/tclock_shared.hpp>
+
+#include <spindle/arch/context.hpp>
+#include <spindle/memory/stack.hpp>
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+
+#if SPINDLE_ASAN
+#include <sanitizer/asan_interface.h>
+#endif
+#if SPINDLE_TSAN
+#include <sanitizer/tsan_interface.h>
+#include <vector>
+#endif
+
+namespace spindle::detail {
+
+// Request states (tc_qnode::state).
+enum : std::uint32_t {
+    q_waiting = 0,     // queued, nothing decided
+    q_head = 1,        // you are the queue head: take the gate yourself
+    q_processing = 2,  // tclock_blocking: a combiner runs your section; do not sleep
+    q_done = 3,        // your section ran (or was handed back): resume at `resume`
+    q_parked = 4,      // tclock_blocking: the waiter sleeps on `state`
+};
+
+struct tc_frame;
+
+// Where a request's main context waits at lock(), in lock_slow's frame on the
+// requesting stack. `runner` is written by the combiner that switches in.
+struct lock_landing {
+    arch::context ctx;
+    tc_frame* runner = nullptr;
+};
+
+// Where a section's context waits after its unlock() (or in
+// tclock_may_block), on the section's own stack; err0/err_end carry errno.
+struct unlock_landing {
+    arch::context ctx;
+    int err0 = 0;     // the requester's errno at lock()
+    int err_end = 0;  // the running thread's errno when the section ended
+};
+
+struct thread_record;
+
+struct tc_qnode {
+    std::atomic<tc_qnode*> next{nullptr};
+    std::atomic<std::uint32_t> state{q_waiting};
+    bool was_parked = false;  // combiner only: the waiter slept when we marked it processing
+    tc_kind kind = tc_kind::spin;
+    tc_word* lock = nullptr;
+    thread_record* rec = nullptr;     // the thread whose ephemeral stack holds this node
+    tc_qnode* prev_eph = nullptr;     // that thread's previous live frame
+    tc_frame* outer = nullptr;        // combine frame whose section made this request (nesting)
+    lock_landing* main = nullptr;
+    unlock_landing* resume = nullptr; // written by whoever ran the section, before "done"
+    int err0 = 0;
+    arch::context eph;                // the ephemeral frame's own context
+};
+
+struct tc_frame {
+    tc_word* lock = nullptr;
+    tc_kind kind = tc_kind::spin;
+    tc_qnode* self = nullptr;       // the combiner's own request
+    tc_qnode* curr = nullptr;       // the request whose section runs now
+    tc_qnode* to_notify = nullptr;  // (I4)
+    tc_qnode* next_head = nullptr;  // set when the batch ends normally
+    tc_frame* outer_frame = nullptr;
+    unsigned count = 0;
+    bool handback = false;          // curr gave its section back to its own thread
+    arch::context loop;             // the combining loop, suspended while sections run
+};
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// 1. Raw system calls and the per-thread record
+
+// A waiting thread must not write its errno: a section run for it may be
+// writing that errno through an address computed before lock(). libc's
+// syscall() sets errno on failure (a futex wait often fails with EAGAIN), so
+// the waiting code uses the instruction directly.
+long raw_syscall4(long nr, long a, long b, long c, long d) noexcept {
+#if defined(__x86_64__)
+    long ret;
+    register long r10 __asm__("r10") = d;
+    __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
+    return ret;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
+    return x0;
+#endif
+}
+
+void raw_futex_wait(std::atomic<std::uint32_t>* a, std::uint32_t expected) noexcept {
+    raw_syscall4(SYS_futex, reinterpret_cast<long>(a), FUTEX_WAIT_PRIVATE, expected, 0);
+}
+void raw_futex_wake(std::atomic<std::uint32_t>* a, int n) noexcept {
+    raw_syscall4(SYS_futex, reinterpret_cast<long>(a), FUTEX_WAKE_PRIVATE, n, 0);
+}
+void raw_yield() noexcept { raw_syscall4(SYS_sched_yield, 0, 0, 0, 0); }
+
+// One waiting step: PAUSE for a while, then give the CPU away each time (on
+// an oversubscribed machine the thread we wait for may need our CPU).
+inline void wait_step(unsigned& spins) noexcept {
+    if (spins < 128) {
+        ++spins;
+        arch::cpu_relax();
+    } else {
+        raw_yield();
+    }
+}
+
+constexpr std::size_t eph_stack_size = 256 * 1024;  // usable bytes of each ephemeral stack
+constexpr std::size_t eph_min_room = 64 * 1024;     // free below every frame: a signal handler's room
+constexpr std::size_t eph_gap = 512;                // between a suspended frame's sp and the next frame
+constexpr unsigned park_after = 192;                // tclock_blocking: waiting steps before a waiter sleeps
+constexpr unsigned head_park_after = 256;           // tclock_blocking: the same for the queue head
+#if SPINDLE_TSAN
+// TSan keeps a shadow call stack per fiber; an ephemeral frame is left
+// without returning, so each use leaves one entry behind. Fresh fibers every
+// so many uses keep that stack short.
+constexpr unsigned tsan_fiber_uses = 1024;
+#endif
+
+std::uintptr_t align_down(std::uintptr_t v, std::uintptr_t a) noexcept { return v & ~(a - 1); }
+
+// Rare events, for tests (relaxed: counts, not synchronization).
+std::atomic<std::uint64_t> g_ooo_finishes{0};
+std::atomic<std::uint64_t> g_handbacks{0};
+
+}  // namespace
+
+struct thread_record {
+    stack_region stack{};
+    bool no_stack = false;       // acquire_stack failed once: this thread takes locks by spinning
+    tc_qnode* eph_top = nullptr; // innermost live ephemeral frame
+    tc_frame* frames = nullptr;  // innermost combine frame (I3)
+    unsigned depth = 0;          // live ephemeral frames
+#if SPINDLE_TSAN
+    struct fiber_slot {
+        void* fiber = nullptr;
+        unsigned uses = 0;
+    };
+    std::vector<fiber_slot> fibers;  // one per depth
+#endif
+
+    thread_record() = default;
+    thread_record(const thread_record&) = delete;
+    thread_record& operator=(const thread_record&) = delete;
+    ~thread_record() {
+        release_stack(stack);
+#if SPINDLE_TSAN
+        for (fiber_slot& f : fibers)
+            if (f.fiber != nullptr) __tsan_destroy_fiber(f.fiber);
+#endif
+    }
+
+    // A new frame below every live one; null when there is no ephemeral
+    // stack or no room for a frame plus eph_min_room.
+    tc_qnode* push(void (*entry)(arch::raw_context*, arch::raw_context*)) noexcept {
+        if (!stack) {
+            if (no_stack) return nullptr;
+            try {
+                stack = acquire_stack(eph_stack_size);
+            } catch (...) {
+                no_stack = true;
+                return nullptr;
+            }
+        }
+        std::byte* const bottom = stack.top - stack.usable;
+        std::byte* top = stack.top;
+        auto* here = static_cast<std::byte*>(__builtin_frame_address(0));
+        const bool on_eph = here >= bottom && here < stack.top;
+        if (eph_top != nullptr) {
+            // The innermost frame is either a combiner suspended in its loop
+            // (its lowest address is the loop's saved sp), or a waiter that
+            // is running: then we can only be in a signal handler on the
+            // ephemeral stack itself, below `here`.
+            top = reinterpret_cast<std::byte*>(eph_top);
+            if (frames != nullptr && frames->self == eph_top)
+                top = std::min(top, static_cast<std::byte*>(frames->loop.regs.sp));
+            else if (!on_eph)
+                return nullptr;
+        }
+        if (on_eph) top = std::min(top, here);
+        auto t = reinterpret_cast<std::uintptr_t>(top) - eph_gap;
+        t = align_down(t - sizeof(tc_qnode), 64);
+        if (t < reinterpret_cast<std::uintptr_t>(bottom) + eph_min_room) return nullptr;
+        auto* q = reinterpret_cast<tc_qnode*>(t);
+#if SPINDLE_ASAN
+        // Frames left without returning leave their redzones poisoned.
+        __asan_unpoison_memory_region(bottom, static_cast<std::size_t>(reinterpret_cast<std::byte*>(q + 1) - bottom));
+#endif
+        ::new (static_cast<void*>(q)) tc_qnode{};
+        std::byte* const run_top = reinterpret_cast<std::byte*>(q) - 64;
+        arch::make_context(&q->eph.regs, run_top, entry);
+#if SPINDLE_ASAN
+        q->eph.stack_bottom = bottom;
+        q->eph.stack_size = static_cast<std::size_t>(run_top - bottom);
+        q->eph.fake_stack = nullptr;
+#endif
+#if SPINDLE_TSAN
+        if (fibers.size() <= depth) fibers.resize(depth + 1);
+        fiber_slot& fs = fibers[depth];
+        if (fs.fiber != nullptr && ++fs.uses >= tsan_fiber_uses) {
+            __tsan_destroy_fiber(fs.fiber);  // not running: its last frame is gone
+            fs.fiber = nullptr;
+        }
+        if (fs.fiber == nullptr) {
+            fs.fiber = __tsan_create_fiber(0);
+            fs.uses = 0;
+        }
+        q->eph.tsan_fiber = fs.fiber;
+#endif
+        q->rec = this;
+        q->prev_eph = eph_top;
+        eph_top = q;
+        ++depth;
+        return q;
+    }
+
+    void pop(tc_qnode* q) noexcept {
+        eph_top = q->prev_eph;
+        --depth;
+    }
+};
+
+namespace {
+
+thread_local thread_record tl_record;
+
+// The record and errno of the thread running *now*. Out of line with an
+// empty asm so that no caller can reuse a result across a context switch
+// (a switch may move the caller to another thread; __errno_location is
+// `const`, and a plain TLS address may be kept in a register).
+SPINDLE_NOINLINE thread_record* this_record() noexcept {
+    thread_record* r = &tl_record;
+    __asm__ volatile("" : "+r"(r));
+    return r;
+}
+SPINDLE_NOINLINE int* errno_loc() noexcept {
+    int* p = &errno;
+    __asm__ volatile("" : "+r"(p));
+    return p;
+}
+
+// Switch away from `from`; `dead`: it will never be resumed (an ephemeral
+// frame being dropped).
+SPINDLE_ALWAYS_INLINE void switch_from(arch::context* from, arch::context* to, bool dead) noexcept {
+    if (dead)
+        arch::switch_final(from, to);
+    else
+        arch::switch_to(from, to);
+}
+
+// ---------------------------------------------------------------------------
+// 2. Gates
+
+struct gate_spin {
+    static constexpr tc_kind kind = tc_kind::spin;
+    static constexpr bool parks = false;
+    static constexpr const char* name = "tclock";
+
+    static bool held(std::uint32_t s) noexcept { return s != 0; }
+    static bool combining(std::uint32_t s) noexcept { return (s & tc_combining) != 0; }
+    static bool try_take(tc_word* w) noexcept {
+        std::uint32_t e = 0;
+        // (state): 0 -> locked. Acquire pairs with the release that freed it.
+        return w->state.compare_exchange_strong(e, tc_locked, std::memory_order_acquire, std::memory_order_relaxed);
+    }
+    // The queue head (or a thread without an ephemeral stack) takes the gate.
+    static void acquire_head(tc_word* w) noexcept {
+        unsigned spins = 0;
+        for (;;) {
+            // Relaxed read: only a hint before the CAS, which synchronizes.
+            if (w->state.load(std::memory_order_relaxed) == 0 && try_take(w)) return;
+            wait_step(spins);
+        }
+    }
+    static void release(tc_word* w) noexcept { w->state.store(0, std::memory_order_release); }
+    // (state): locked -> combining -> locked. Plain stores by the holder:
+    // nobody else writes a held state (failed CASes do not write). Relaxed:
+    // the only readers that act on it are the sections we run, which we
+    // switch to after the store (the switch orders it), or threads that reach
+    // them through the queue's acquire/release chain.
+    static void begin_combining(tc_word* w) noexcept { w->state.store(tc_combining, std::memory_order_relaxed); }
+    static void end_combining(tc_word* w) noexcept { w->state.store(tc_locked, std::memory_order_relaxed); }
+    // The ooo bit is set by the section (on whatever thread runs it) and read
+    // by the combiner after that section's context came back to it through a
+    // "done" (release/acquire): relaxed is enough.
+    static void mark_ooo(tc_word* w) noexcept { w->state.fetch_or(tc_ooo, std::memory_order_relaxed); }
+    static bool take_ooo(tc_word* w) noexcept {
+        if ((w->state.load(std::memory_order_relaxed) & tc_ooo) == 0) return false;
+        w->state.fetch_and(~tc_ooo, std::memory_order_relaxed);
+        return true;
+    }
+};
+
+struct gate_blocking : gate_spin {
+    static constexpr tc_kind kind = tc_kind::blocking;
+    static constexpr bool parks = true;
+    static constexpr const char* name = "tclock_blocking";
+
+    // Sleeper protocol: the head spins, then sets `sleeper` with a CAS on the
+    // value it saw and sleeps on that value. The holder's release exchanges
+    // state to 0 and wakes if the bit was set. Either the release comes
+    // before the CAS (the CAS fails, the head sees 0) or after it (the
+    // release sees the bit): no lost wake-up. Only the head sets the bit, and
+    // a combiner is the head, so combining states never carry it.
+    static void acquire_head(tc_word* w) noexcept {
+        unsigned spins = 0;
+        for (;;) {
+            std::uint32_t s = w->state.load(std::memory_order_relaxed);
+            if (s == 0) {
+                if (try_take(w)) return;
+                continue;
+            }
+            if (spins < head_park_after) {
+                ++spins;
+                if (spins < 128) arch::cpu_relax(); else raw_yield();
+                continue;
+            }
+            if ((s & tc_sleeper) == 0 &&
+                !w->state.compare_exchange_weak(s, s | tc_sleeper, std::memory_order_relaxed,
+                                                std::memory_order_relaxed))
+                continue;
+            raw_futex_wait(&w->state, s | tc_sleeper);
+        }
+    }
+    static void release(tc_word* w) noexcept {
+        if (w->state.exchange(0, std::memory_order_release) & tc_sleeper) raw_futex_wake(&w->state, 1);
+    }
+};
+
+// tclock_shared's small mutex on `aux` (0 free, 1 held, 2 held + sleepers):
+// serializes slow readers with the writer queue's head (§3.5 "wlock").
+void aux_lock(tc_word* w) noexcept {
+    std::uint32_t c = 0;
+    // Acquire pairs with aux_unlock's release exchange.
+    if (w->aux.compare_exchange_strong(c, 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
+    for (unsigned i = 0; i < 64; ++i) {
+        arch::cpu_relax();
+        c = 0;
+        if (w->aux.compare_exchange_weak(c, 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
+    }
+    while (w->aux.exchange(2, std::memory_order_acquire) != 0) raw_futex_wait(&w->aux, 2);
+}
+void aux_unlock(tc_word* w) noexcept {
+    if (w->aux.exchange(0, std::memory_order_release) == 2) raw_futex_wake(&w->aux, 1);
+}
+
+struct gate_shared {
+    static constexpr tc_kind kind = tc_kind::shared;
+    static constexpr bool parks = true;
+    static constexpr const char* name = "tclock_shared";
+
+    static bool held(std::uint32_t s) noexcept { return (s & rw_writer_mask) != 0; }
+    static bool combining(std::uint32_t s) noexcept { return (s & rw_wcombining) != 0; }
+    static void acquire_head(tc_word* w) noexcept {
+        aux_lock(w);
+        std::uint32_t e = 0;
+        // (state): 0 -> wp. Acquire pairs with the last unlock/unlock_shared.
+        if (!w->state.compare_exchange_strong(e, rw_wp, std::memory_order_acquire, std::memory_order_relaxed)) {
+            // (state): +ww: new readers turn back; wait for those inside and
+            // for a writer that came by the fast path.
+            w->state.fetch_add(rw_ww, std::memory_order_relaxed);
+            unsigned spins = 0;
+            for (;;) {
+                std::uint32_t s = w->state.load(std::memory_order_relaxed);
+                if ((s & ~rw_rsleep) == rw_ww) {
+                    // (state): ww -> wp. Acquire pairs with the release of
+                    // the last reader's unlock_shared (or writer's unlock).
+                    if (w->state.compare_exchange_weak(s, (s & ~rw_ww) | rw_wp, std::memory_order_acquire,
+                                                       std::memory_order_relaxed))
+                        break;
+                    continue;
+                }
+                wait_step(spins);
+            }
+        }
+        aux_unlock(w);
+    }
+    static void release(tc_word* w) noexcept {
+        const std::uint32_t old = w->state.fetch_and(~(rw_writer_mask | rw_rsleep), std::memory_order_release);
+        if (old & rw_rsleep) raw_futex_wake(&w->state, INT_MAX);
+    }
+    // Readers change other bits concurrently: read-modify-writes throughout.
+    static void begin_combining(tc_word* w) noexcept {
+        w->state.fetch_add(rw_wcombining - rw_wp, std::memory_order_relaxed);
+    }
+    static void end_combining(tc_word* w) noexcept {
+        w->state.fetch_sub(rw_wcombining - rw_wp, std::memory_order_relaxed);
+    }
+    static void mark_ooo(tc_word* w) noexcept { w->state.fetch_or(rw_wooo, std::memory_order_relaxed); }
+    static bool take_ooo(tc_word* w) noexcept {
+        if ((w->state.load(std::memory_order_relaxed) & rw_wooo) == 0) return false;
+        w->state.fetch_and(~rw_wooo, std::memory_order_relaxed);
+        return true;
+    }
+};
+
+template <class F>
+SPINDLE_ALWAYS_INLINE void with_gate(tc_kind k, F&& f) {
+    switch (k) {
+        case tc_kind::spin: f(gate_spin{}); break;
+        case tc_kind::blocking: f(gate_blocking{}); break;
+        case tc_kind::shared: f(gate_shared{}); break;
+    }
+}
+
+bool take_ooo_of(tc_frame* f) noexcept {
+    bool r = false;
+    with_gate(f->kind, [&](auto g) { r = decltype(g)::take_ooo(f->lock); });
+    return r;
+}
+
+[[noreturn]] void ooo_finish(tc_qnode* q, tc_frame* of) noexcept;
+
+// ---------------------------------------------------------------------------
+// 3. The core
+
+template <class G>
+struct core {
+    // Tell request q `v` (q_head or q_done). Release pairs with wait_turn's
+    // acquire: q's thread then sees everything its section (run here) did,
+    // and q->resume. q may be gone right after the store/exchange; only
+    // futex_wake touches its address afterwards (mapped memory: at worst a
+    // spurious wake-up of a later frame, which re-checks).
+    static void notify(tc_qnode* q, std::uint32_t v) noexcept {
+        if constexpr (G::parks) {
+            const bool slept = q->was_parked;
+            if (q->state.exchange(v, std::memory_order_acq_rel) == q_parked || slept) raw_futex_wake(&q->state, 1);
+        } else {
+            q->state.store(v, std::memory_order_release);
+        }
+    }
+
+    // tclock_blocking: q_waiting/q_parked -> q_processing, so that the waiter
+    // does not go to sleep while its section runs; remember if it already slept.
+    static void mark_processing(tc_qnode* q) noexcept {
+        if constexpr (G::parks) {
+            if (q->state.exchange(q_processing, std::memory_order_acq_rel) == q_parked) q->was_parked = true;
+        }
+    }
+
+    // A queued request waits for q_head or q_done, on its ephemeral stack.
+    static std::uint32_t wait_turn(tc_qnode* q) noexcept {
+        unsigned spins = 0;
+        for (;;) {
+            // Acquire pairs with notify's release.
+            const std::uint32_t s = q->state.load(std::memory_order_acquire);
+            if (s == q_head || s == q_done) return s;
+            if constexpr (G::parks) {
+                if (s == q_waiting && spins >= park_after) {
+                    std::uint32_t e = q_waiting;
+                    // q_waiting -> q_parked; a combiner's exchange either
+                    // comes first (the CAS fails) or sees q_parked and wakes us.
+                    if (q->state.compare_exchange_strong(e, q_parked, std::memory_order_acq_rel,
+                                                         std::memory_order_acquire)) {
+                        while (q->state.load(std::memory_order_acquire) == q_parked) raw_futex_wait(&q->state, q_parked);
+                    }
+                    continue;
+                }
+                ++spins;
+                if (spins < 128) arch::cpu_relax(); else raw_yield();
+            } else {
+                wait_step(spins);
+            }
+        }
+    }
+
+    static tc_qnode* wait_next(tc_qnode* q) noexcept {
+        unsigned spins = 0;
+        for (;;) {
+            // Acquire pairs with the successor's release store of the link:
+            // its qnode fields are visible.
+            if (tc_qnode* n = q->next.load(std::memory_order_acquire)) return n;
+            wait_step(spins);
+        }
+    }
+
+    // Run request n's section: switch into its landing in lock_slow.
+    static void start(tc_frame* f, tc_qnode* n, arch::context* from, bool dead) noexcept {
+        f->curr = n;
+        mark_processing(n);
+        lock_landing* l = n->main;
+        l->runner = f;
+        // §3.6.2: the section's hot data is the top of its stack.
+        auto* sp = static_cast<const char*>(l->ctx.regs.sp);
+        __builtin_prefetch(sp, 1, 3);
+        __builtin_prefetch(sp + 64, 1, 3);
+        __builtin_prefetch(sp + 128, 1, 3);
+        __builtin_prefetch(sp + 192, 1, 3);
+        switch_from(from, &l->ctx, dead);
+    }
+
+    // Request cur's section is over (its context is, or will be when we
+    // switch from `from`, saved in cur->resume). Run the next one directly,
+    // or go back to the loop to end the batch.
+    static void end_of_section(tc_frame* f, tc_qnode* cur, arch::context* from, bool dead) noexcept {
+        ++f->count;
+        // (I2): cur->next is non-null. Acquire pairs with its link store.
+        tc_qnode* nxt = cur->next.load(std::memory_order_acquire);
+        f->to_notify = cur;
+        if (f->count < tclock_batch_limit && nxt->next.load(std::memory_order_acquire) != nullptr) {
+            start(f, nxt, from, dead);
+        } else {
+            f->next_head = nxt;
+            switch_from(from, &f->loop, dead);
+        }
+    }
+
+    [[noreturn]] static void resume_own(tc_qnode* q) noexcept {
+        *errno_loc() = q->err0;  // whatever the sections we ran left in our errno
+        q->rec->pop(q);
+        arch::switch_final(&q->eph, &q->main->ctx);
+    }
+
+    [[noreturn]] static void finish_done(tc_qnode* q) noexcept {
+        if (tc_frame* of = q->outer; of != nullptr && take_ooo_of(of)) ooo_finish(q, of);
+        q->rec->pop(q);
+        arch::switch_final(&q->eph, &q->resume->ctx);
+    }
+
+    // First and only function of an ephemeral frame: phases 1-4 of §3.2.
+    [[noreturn]] static void eph_entry(arch::raw_context* self, arch::raw_context*) noexcept {
+        auto* q = reinterpret_cast<tc_qnode*>(reinterpret_cast<char*>(self) - offsetof(tc_qnode, eph));
+        arch::context_started(&q->eph);
+        tc_word* const w = q->lock;
+        thread_record* const rec = q->rec;
+
+        // Phase 1. (tail): t -> q. acq_rel: release publishes q's fields to
+        // whoever links behind us or dequeues us; acquire makes prev's
+        // fields ours before we link.
+        if (tc_qnode* prev = w->tail.exchange(q, std::memory_order_acq_rel)) {
+            // Release pairs with wait_next's acquire.
+            prev->next.store(q, std::memory_order_release);
+            if (wait_turn(q) == q_done) finish_done(q);
+        }
+        for (;;) {
+            // Phase 2: we are the head.
+            G::acquire_head(w);
+            // Phase 3. (tail): q -> null if we are alone.
+            tc_qnode* expected = q;
+            if (w->tail.compare_exchange_strong(expected, nullptr, std::memory_order_acq_rel,
+                                                std::memory_order_relaxed))
+                resume_own(q);
+            tc_qnode* const next = wait_next(q);
+            if (next->next.load(std::memory_order_acquire) == nullptr) {
+                notify(next, q_head);
+                resume_own(q);
+            }
+            // Phase 4: combine.
+            tc_frame f;
+            f.lock = w;
+            f.kind = G::kind;
+            f.self = q;
+            f.outer_frame = rec->frames;
+            rec->frames = &f;
+            G::begin_combining(w);
+            start(&f, next, &f.loop, false);
+            // The batch is over, or f.curr gave its section back.
+            rec->frames = f.outer_frame;
+            G::end_combining(w);
+            if (!f.handback) {
+                notify(f.to_notify, q_done);
+                notify(f.next_head, q_head);
+                resume_own(q);
+            }
+            // The handed-back section keeps the lock (now `locked`); we stay
+            // the queue head and take the gate again when it is released.
+            tc_qnode* const hb = f.to_notify;
+            // Relaxed: only we read our own link from now on (our old
+            // successors are all done or handed back).
+            q->next.store(hb->next.load(std::memory_order_acquire), std::memory_order_relaxed);
+            notify(hb, q_done);
+        }
+    }
+
+    static void lock_slow(tc_word* w) noexcept {
+        thread_record* const rec = this_record();
+        tc_qnode* const q = rec->push(&eph_entry);
+        if (q == nullptr) {  // no ephemeral stack, or no room for one more frame
+            G::acquire_head(w);
+            return;
+        }
+        lock_landing land;
+        q->kind = G::kind;
+        q->lock = w;
+        q->outer = rec->frames;  // (I3): non-null iff we run inside a combined section
+        q->main = &land;
+        q->err0 = *errno_loc();
+        arch::switch_to(&land.ctx, &q->eph);
+        // Here: either our own thread (we are the holder), or a combiner
+        // about to run our section on its thread.
+        if (tc_frame* f = land.runner) {
+            if (tc_qnode* p = f->to_notify) {  // the section run before ours (§3.6.1)
+                f->to_notify = nullptr;
+                notify(p, q_done);
+            }
+            *errno_loc() = q->err0;  // q lives: our thread waits for "done"
+        }
+    }
+
+    static void unlock_slow(tc_word* w) noexcept {
+        // Relaxed: our own lock's state; only the holder (us) changes it.
+        const std::uint32_t s = w->state.load(std::memory_order_relaxed);
+        if (!G::held(s)) {
+#if SPINDLE_DEBUG_CHECKS
+            tc_misuse(w, G::name, "unlock of an unlocked lock");
+#else
+            return;
+#endif
+        }
+        if (!G::combining(s)) {
+            G::release(w);
+            return;
+        }
+        thread_record* const rec = this_record();
+        tc_frame* const f = rec->frames;
+        if (f == nullptr || f->lock != w) {
+            // Out of order: the combiner of w is up the chain of delegation
+            // (§4.1). It applies the release when our context reaches it.
+            G::mark_ooo(w);
+            return;
+        }
+        tc_qnode* const cur = f->curr;
+        unlock_landing ul;
+        ul.err0 = cur->err0;
+        ul.err_end = *errno_loc();
+        cur->resume = &ul;
+        end_of_section(f, cur, &ul.ctx, false);
+        // Resumed on the requester's thread (or the thread it delegated
+        // through), after "done". Keep what the section wrote into this
+        // thread's errno directly; else take the value it ended with.
+        int* const e = errno_loc();
+        if (*e == ul.err0) *e = ul.err_end;
+    }
+};
+
+// ---------------------------------------------------------------------------
+// 4. Out-of-order release
+
+// Request q (made by the section that `of` runs) came back "done", and that
+// section released of's lock while another thread ran it. The section is
+// over for `of` too: end it as its unlock() would have, with the context the
+// last runner saved. q's frame is dropped.
+[[noreturn]] void ooo_finish(tc_qnode* q, tc_frame* of) noexcept {
+    g_ooo_finishes.fetch_add(1, std::memory_order_relaxed);
+    tc_qnode* const cur = of->curr;
+    unlock_landing* const ul = q->resume;
+    int* const e = errno_loc();
+    const int effective = (*e == q->err0) ? ul->err_end : *e;
+    ul->err0 = cur->err0;
+    ul->err_end = effective;
+    cur->resume = ul;
+    q->rec->pop(q);
+    with_gate(of->kind, [&](auto g) { core<decltype(g)>::end_of_section(of, cur, &q->eph, true); });
+    __builtin_unreachable();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Entry points
+
+void tc_lock_slow(tc_word* w, tc_kind kind) noexcept {
+    with_gate(kind, [&](auto g) { core<decltype(g)>::lock_slow(w); });
+}
+
+void tc_unlock_slow(tc_word* w, tc_kind kind) noexcept {
+    with_gate(kind, [&](auto g) { core<decltype(g)>::unlock_slow(w); });
+}
+
+void tc_wake_sleepers(tc_word* w, tc_kind kind) noexcept {
+    raw_futex_wake(&w->state, kind == tc_kind::shared ? INT_MAX : 1);
+}
+
+// ---------------------------------------------------------------------------
+// 5. Readers of tclock_shared, misuse
+
+void tc_lock_shared_slow(tc_word* w) noexcept {
+    aux_lock(w);  // no writer phase starts while we hold it
+    // readers += 1. Acquire: see below.
+    w->state.fetch_add(rw_reader, std::memory_order_acquire);
+    unsigned spins = 0;
+    for (;;) {
+        // Acquire pairs with the writer's release of the writer byte: its
+        // section happens before ours. ww is clear: only a writer head
+        // holding aux sets it, and it clears it before releasing aux.
+        std::uint32_t s = w->state.load(std::memory_order_acquire);
+        if ((s & rw_writer_mask) == 0) break;
+        if (spins < park_after) {
+            ++spins;
+            if (spins < 128) arch::cpu_relax(); else raw_yield();
+            continue;
+        }
+        // Same protocol as the blocking head: set rsleep on the value seen,
+        // sleep on it; the writer's release clears it and wakes.
+        if ((s & rw_rsleep) == 0 &&
+            !w->state.compare_exchange_weak(s, s | rw_rsleep, std::memory_order_relaxed, std::memory_order_relaxed))
+            continue;
+        raw_futex_wait(&w->state, s | rw_rsleep);
+    }
+    aux_unlock(w);
+}
+
+const void* tc_tail(const tc_word* w) noexcept { return w->tail.load(std::memory_order_acquire); }
+
+tc_counters tc_read_counters() noexcept {
+    return {g_ooo_finishes.load(std::memory_order_relaxed), g_handbacks.load(std::memory_order_relaxed)};
+}
+
+void tc_misuse(const void* lock, const char* type, const char* what) noexcept {
+    char buf[256];
+    const int n = std::snprintf(buf, sizeof buf, "spindle: %s %p: %s\n", type, lock, what);
+    if (n > 0) {
+        [[maybe_unused]] auto r = ::write(2, buf, static_cast<std::size_t>(std::min(n, int{sizeof buf} - 1)));
+    }
+    std::abort();
+}
+
+}  // namespace spindle::detail
+
+namespace spindle {
+
+bool tclock_may_block() noexcept {
+    using namespace detail;
+    bool moved = false;
+    for (;;) {
+        thread_record* const rec = this_record();
+        tc_frame* const f = rec->frames;
+        if (f == nullptr) return moved;  // (I3): not running a combined section
+        // Give f->curr's section back to the thread that asked for it: save
+        // our context as its resume point and end f's batch.
+        tc_qnode* const cur = f->curr;
+        unlock_landing ul;
+        ul.err0 = cur->err0;
+        ul.err_end = *errno_loc();
+        cur->resume = &ul;
+        f->handback = true;
+        f->to_notify = cur;
+        g_handbacks.fetch_add(1, std::memory_order_relaxed);
+        arch::switch_to(&ul.ctx, &f->loop);
+        int* const e = errno_loc();
+        if (*e == ul.err0) *e = ul.err_end;
+        moved = true;  // and again, if that thread itself runs us for someone
+    }
+}
+
+bool tclock_delegated() noexcept { return detail::this_record()->frames != nullptr; }
+
+}  // namespace spindle
