@@ -327,7 +327,7 @@ TEST(TClockErrno, StressEveryWaiterGetsItsOwnValue) {
 
 std::atomic<int> g_sig_count{0};
 std::atomic<std::uintptr_t> g_sig_sp{0};
-void on_usr1(int) {
+[[maybe_unused]] void on_usr1(int) {
     volatile char probe = 0;
     g_sig_sp.store(reinterpret_cast<std::uintptr_t>(&probe), std::memory_order_relaxed);
     g_sig_count.fetch_add(1, std::memory_order_release);
