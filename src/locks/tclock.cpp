@@ -24,8 +24,8 @@
 //        own thread until it switched to the ephemeral stack, then the
 //        combiner from the switch into its landing until the switch out at
 //        its unlock, then its own thread again after "done";
-//   (I2) a combiner runs request r only if r->next is non-null, so a request
-//        it runs is never the queue's tail and its successor can always take
+//   (I2) a combiner runs request r only if r is not the queue's tail (a
+//        successor has queued behind it), so that successor can always take
 //        the head role: a combiner never resets the tail;
 //   (I3) while a thread's top combine frame f exists, the code running on
 //        that thread (outside its ephemeral stack) is f->curr's section, or
@@ -311,7 +311,7 @@ SPINDLE_ALWAYS_INLINE void switch_from(arch::context* from, arch::context* to, b
 struct gate_spin {
     static constexpr tc_kind kind = tc_kind::spin;
     static constexpr bool parks = false;
-    static constexpr const char* name = "tclock";
+    [[maybe_unused]] static constexpr const char* name = "tclock";
 
     static bool held(std::uint32_t s) noexcept { return s != 0; }
     static bool combining(std::uint32_t s) noexcept { return (s & tc_combining) != 0; }
@@ -351,7 +351,7 @@ struct gate_spin {
 struct gate_blocking : gate_spin {
     static constexpr tc_kind kind = tc_kind::blocking;
     static constexpr bool parks = true;
-    static constexpr const char* name = "tclock_blocking";
+    [[maybe_unused]] static constexpr const char* name = "tclock_blocking";
 
     // Sleeper protocol: the head spins, then sets `sleeper` with a CAS on the
     // value it saw and sleeps on that value. The holder's release exchanges
@@ -404,7 +404,7 @@ void aux_unlock(tc_word* w) noexcept {
 struct gate_shared {
     static constexpr tc_kind kind = tc_kind::shared;
     static constexpr bool parks = true;
-    static constexpr const char* name = "tclock_shared";
+    [[maybe_unused]] static constexpr const char* name = "tclock_shared";
 
     static bool held(std::uint32_t s) noexcept { return (s & rw_writer_mask) != 0; }
     static bool combining(std::uint32_t s) noexcept { return (s & rw_wcombining) != 0; }
@@ -531,6 +531,16 @@ struct core {
         }
     }
 
+    // Whether n is the last request queued. Not the tail: a successor has
+    // swapped itself in (it may not have linked itself to n yet, wait_next
+    // covers that), and the tail never moves back while n is queued behind
+    // a head (only a head resets it). Asking the tail rather than n->next
+    // lets a request that is still linking count as a successor. Acquire
+    // pairs with the tail exchange (the successor's fields).
+    static bool is_tail(tc_word* w, tc_qnode* n) noexcept {
+        return w->tail.load(std::memory_order_acquire) == n;
+    }
+
     // Run request n's section: switch into its landing in lock_slow.
     static void start(tc_frame* f, tc_qnode* n, arch::context* from, bool dead) noexcept {
         f->curr = n;
@@ -551,10 +561,10 @@ struct core {
     // or go back to the loop to end the batch.
     static void end_of_section(tc_frame* f, tc_qnode* cur, arch::context* from, bool dead) noexcept {
         ++f->count;
-        // (I2): cur->next is non-null. Acquire pairs with its link store.
-        tc_qnode* nxt = cur->next.load(std::memory_order_acquire);
+        // (I2): cur has a successor (it may still be linking itself).
+        tc_qnode* const nxt = wait_next(cur);
         f->to_notify = cur;
-        if (f->count < tclock_batch_limit && nxt->next.load(std::memory_order_acquire) != nullptr) {
+        if (f->count < tclock_batch_limit && !is_tail(f->lock, nxt)) {
             start(f, nxt, from, dead);
         } else {
             f->next_head = nxt;
@@ -598,7 +608,7 @@ struct core {
                                                 std::memory_order_relaxed))
                 resume_own(q);
             tc_qnode* const next = wait_next(q);
-            if (next->next.load(std::memory_order_acquire) == nullptr) {
+            if (is_tail(w, next)) {
                 notify(next, q_head);
                 resume_own(q);
             }
@@ -623,8 +633,8 @@ struct core {
             // the queue head and take the gate again when it is released.
             tc_qnode* const hb = f.to_notify;
             // Relaxed: only we read our own link from now on (our old
-            // successors are all done or handed back).
-            q->next.store(hb->next.load(std::memory_order_acquire), std::memory_order_relaxed);
+            // successors are all done or handed back). (I2): hb has one.
+            q->next.store(wait_next(hb), std::memory_order_relaxed);
             notify(hb, q_done);
         }
     }
