@@ -95,6 +95,10 @@
 //     Thread-local addresses computed before lock() and reused inside the
 //     section (the compiler may do it) point at the waiter's variables, which
 //     is harmless only because the waiter's thread does not run meanwhile.
+//     pthread_self() is declared `const` too: inside a section it returns
+//     the combiner's thread, or the waiter's if the compiler reused a call
+//     made before lock() (both GCC 12 and Clang 19 do at -O2). Which one is
+//     not something a program can rely on.
 //   * C++ exceptions: the in-flight exception state (__cxa_eh_globals)
 //     travels with the context, so try/catch inside a section works.
 //   * Locks: a section may take other tclocks (nested combining) and release
