@@ -640,8 +640,13 @@ struct core {
     }
 
     static void lock_slow(tc_word* w) noexcept {
+        // The caller's errno, before anything here can call into libc: the
+        // first contended lock() of a thread creates its record and maps its
+        // ephemeral stack, and those calls may leave errno changed.
+        const int caller_errno = *errno_loc();
         thread_record* const rec = this_record();
         tc_qnode* const q = rec->push(&eph_entry);
+        *errno_loc() = caller_errno;
         if (q == nullptr) {  // no ephemeral stack, or no room for one more frame
             G::acquire_head(w);
             return;
@@ -651,7 +656,7 @@ struct core {
         q->lock = w;
         q->outer = rec->frames;  // (I3): non-null iff we run inside a combined section
         q->main = &land;
-        q->err0 = *errno_loc();
+        q->err0 = caller_errno;
         arch::switch_to(&land.ctx, &q->eph);
         // Here: either our own thread (we are the holder), or a combiner
         // about to run our section on its thread.
