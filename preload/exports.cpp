@@ -1,0 +1,508 @@
+// preload/exports.cpp — the interposed pthread entry points, start-up, fork.
+//
+// Symbol versions. A program binds to a versioned name (objdump -T shows
+// which): glibc 2.34 moved the libpthread functions into libc under the new
+// default version GLIBC_2.34 and kept their old versions, and the condition
+// variable has had two ABIs since 2.3.2. We export each function under the
+// default version programs built today bind to (libspindle_preload.map) and
+// under its older versions (.symver aliases below), so old binaries are
+// interposed too:
+//
+//   pthread_mutex_{init,destroy,lock,unlock}    GLIBC_2.2.5 (default)
+//   pthread_mutex_{trylock,timedlock}           GLIBC_2.34, GLIBC_2.2.5
+//   pthread_mutex_clocklock                     GLIBC_2.34, GLIBC_2.30
+//   pthread_rwlock_* (clock* aside)             GLIBC_2.34, GLIBC_2.2.5
+//   pthread_rwlock_clock{rd,wr}lock             GLIBC_2.34, GLIBC_2.30
+//   pthread_spin_*                              GLIBC_2.34, GLIBC_2.2.5
+//   pthread_cond_{init,destroy,signal,broadcast,wait,timedwait}
+//                                               GLIBC_2.3.2; GLIBC_2.2.5 is the
+//                                               old ABI (api::old_cond_*)
+//   pthread_cond_clockwait                      GLIBC_2.34, GLIBC_2.30
+//   pthread_create                              GLIBC_2.34, GLIBC_2.2.5  } fork
+//   thrd_create                                 GLIBC_2.34, GLIBC_2.28   } child
+//   __register_atfork                           GLIBC_2.3.2              } mode
+//
+// Fork. The thread that forks keeps everything it had: its TLS (Hemlock's
+// Grant word, node free lists, our thread id) is copied, so locks it holds
+// stay held by it in the child. Locks no thread held are unlocked in the
+// child. But a lock the forking thread holds may have waiters queued behind
+// it that do not exist in the child; its normal unlock would hand the lock
+// to such a ghost (Hemlock would even wait for the ghost's acknowledgement
+// forever) — and the standard pthread_atfork pattern (prepare: lock
+// everything; child: unlock everything) does exactly that. So in the child,
+// while it has a single thread, unlock does not hand over: it writes the
+// all-zero "unlocked" state (the fork-child table below). The child leaves
+// that mode when it creates its first thread (pthread_create / thrd_create
+// are interposed for this only). Our child handler must run before other
+// libraries' child handlers: handlers run in registration order, so we
+// interpose __register_atfork (what pthread_atfork calls) and register ours
+// before the first other one.
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "cond.hpp"
+#include "internal.hpp"
+#include "layout.hpp"
+#include "mutex.hpp"
+#include "rwlock.hpp"
+
+extern "C" void* __dso_handle;
+
+namespace spindle::preload {
+
+// ---------------------------------------------------------------------------
+// Messages.
+
+void write_stderr(const char* s) noexcept {
+    std::size_t n = std::strlen(s);
+    while (n > 0) {
+        ssize_t w = ::write(STDERR_FILENO, s, n);
+        if (w <= 0) {
+            if (w < 0 && errno == EINTR) continue;
+            return;
+        }
+        s += w;
+        n -= static_cast<std::size_t>(w);
+    }
+}
+
+void fatal(const char* msg) noexcept {
+    write_stderr(msg);
+    write_stderr("\n");
+    std::abort();
+}
+
+std::atomic<std::uint32_t> g_next_thread_id{0};
+constinit thread_local std::uint32_t t_thread_id __attribute__((tls_model("initial-exec"))) = 0;
+
+namespace {
+
+// ---------------------------------------------------------------------------
+// The bootstrap table: initialize, then forward to the table installed.
+
+template <auto Member>
+struct boot;
+template <class R, class... A, R (*api::*Member)(A...)>
+struct boot<Member> {
+    static R call(A... a) noexcept { return (initialize()->*Member)(a...); }
+};
+
+constexpr const char bootstrap_name[] = "(starting)";
+
+constexpr api bootstrap_table = {
+    &boot<&api::mutex_init>::call,        &boot<&api::mutex_destroy>::call,
+    &boot<&api::mutex_lock>::call,        &boot<&api::mutex_trylock>::call,
+    &boot<&api::mutex_timedlock>::call,   &boot<&api::mutex_clocklock>::call,
+    &boot<&api::mutex_unlock>::call,
+
+    &boot<&api::rwlock_init>::call,       &boot<&api::rwlock_destroy>::call,
+    &boot<&api::rwlock_rdlock>::call,     &boot<&api::rwlock_tryrdlock>::call,
+    &boot<&api::rwlock_timedrdlock>::call, &boot<&api::rwlock_clockrdlock>::call,
+    &boot<&api::rwlock_wrlock>::call,     &boot<&api::rwlock_trywrlock>::call,
+    &boot<&api::rwlock_timedwrlock>::call, &boot<&api::rwlock_clockwrlock>::call,
+    &boot<&api::rwlock_unlock>::call,
+
+    &boot<&api::spin_init>::call,         &boot<&api::spin_destroy>::call,
+    &boot<&api::spin_lock>::call,         &boot<&api::spin_trylock>::call,
+    &boot<&api::spin_unlock>::call,
+
+    &boot<&api::cond_init>::call,         &boot<&api::cond_destroy>::call,
+    &boot<&api::cond_signal>::call,       &boot<&api::cond_broadcast>::call,
+    &boot<&api::cond_wait>::call,         &boot<&api::cond_timedwait>::call,
+    &boot<&api::cond_clockwait>::call,
+
+    &boot<&api::old_cond_init>::call,     &boot<&api::old_cond_destroy>::call,
+    &boot<&api::old_cond_signal>::call,   &boot<&api::old_cond_broadcast>::call,
+    &boot<&api::old_cond_wait>::call,     &boot<&api::old_cond_timedwait>::call,
+
+    bootstrap_name, false, false,
+};
+
+// ---------------------------------------------------------------------------
+// Environment.
+
+[[noreturn]] void bad_environment(const char* variable, const char* value,
+                                  const char* valid) noexcept {
+    write_stderr("spindle: ");
+    write_stderr(variable);
+    write_stderr("=");
+    write_stderr(value);
+    write_stderr(" is not valid; valid values: ");
+    write_stderr(valid);
+    write_stderr("\n");
+    _exit(2);
+}
+
+const api* table_from_environment() noexcept {
+    bool stats = false;
+    const char* s = getenv("SPINDLE_STATS");
+    if (s != nullptr && s[0] != '\0') {
+        if (std::strcmp(s, "1") == 0)
+            stats = true;
+        else if (std::strcmp(s, "0") != 0)
+            bad_environment("SPINDLE_STATS", s, "0 (off, the default), 1 (print lock statistics at exit)");
+    }
+    const char* name = getenv("SPINDLE_LOCK");
+    if (name == nullptr || name[0] == '\0') name = "hemlock";
+    const api* t = find_table(name, std::strlen(name), stats);
+    if (t == nullptr) {
+        char valid[512];
+        list_algorithms(valid, sizeof valid);
+        bad_environment("SPINDLE_LOCK", name, valid);
+    }
+    if (stats && t->ours && !stats_start()) {
+        write_stderr("spindle: SPINDLE_STATS=1: no memory for the statistics; running without\n");
+        t = find_table(name, std::strlen(name), false);
+    }
+    if (stats && !t->ours)
+        write_stderr("spindle: SPINDLE_STATS=1 measures spindle's locks only; SPINDLE_LOCK=pthread "
+                     "passes every call to glibc unmeasured\n");
+    return t;
+}
+
+// ---------------------------------------------------------------------------
+// Fork.
+
+api g_child_table;                       // written by the child handler only
+std::atomic<const api*> g_parent_table{nullptr};  // non-null: child mode
+std::atomic<bool> g_atfork_registered{false};
+
+// Unlock in a single-threaded fork child: no live thread can be queued, so
+// write the all-zero unlocked state instead of handing over (the lock's
+// successor may be a thread that did not survive the fork). A queue node
+// the lock held is not returned to its free list (one node per such lock).
+void zero_lock_room(void* object, std::size_t offset) noexcept {
+    std::memset(static_cast<unsigned char*>(object) + offset, 0, lock_room);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // no reordering around the plain stores
+}
+
+int child_mutex_unlock(pthread_mutex_t* m) noexcept {
+    int k = mutex_kind(m);
+    if (k & mutex_layout::route_bits) return real<real_fn::mutex_unlock, int(pthread_mutex_t*)>()(m);
+    int type = k & mutex_layout::type_mask;
+    int result = 0;
+    if ((type == PTHREAD_MUTEX_RECURSIVE || type == PTHREAD_MUTEX_ERRORCHECK) &&
+        !mutex_common::drop(m, type, &result))
+        return result;
+    zero_lock_room(m, mutex_layout::lock);
+    return 0;
+}
+
+int child_rwlock_unlock(pthread_rwlock_t* rw) noexcept {
+    if (rwlock_common::routed(rw)) return real<real_fn::rwlock_unlock, int(pthread_rwlock_t*)>()(rw);
+    if (!rwlock_common::i_am_writer(rw)) {
+        rwlock_common::read_unlock(rw);
+        return 0;
+    }
+    rwlock_common::release_write(rw);
+    zero_lock_room(rw, rwlock_layout::lock);
+    return 0;
+}
+
+int child_spin_unlock(pthread_spinlock_t* l) noexcept {
+    // 0 is unlocked for every spinlock algorithm (spin.hpp).
+    word<std::uint32_t>(const_cast<int*>(l), 0).store(0, std::memory_order_release);
+    return 0;
+}
+
+int child_cond_destroy(pthread_cond_t* c) noexcept {
+    // Registered waiters can only be threads that did not survive the fork.
+    cond_waiters(c).store(0, std::memory_order_relaxed);
+    return 0;
+}
+
+void atfork_child() noexcept {
+    // The child has one thread: plain reads and writes of our globals here
+    // race with nothing.
+    const api* t = current();
+    if (!t->ours) return;  // glibc's locks, or nothing locked by us yet
+    const api* parent = g_parent_table.load(std::memory_order_relaxed);
+    if (parent == nullptr) parent = t;  // else: a fork from a child in child mode
+    g_child_table = *parent;
+    g_child_table.mutex_unlock = &child_mutex_unlock;
+    g_child_table.rwlock_unlock = &child_rwlock_unlock;
+    g_child_table.spin_unlock = &child_spin_unlock;
+    g_child_table.cond_destroy = &child_cond_destroy;
+    g_parent_table.store(parent, std::memory_order_relaxed);
+    g_api.store(&g_child_table, std::memory_order_release);  // pairs with current()
+}
+
+// Before a thread is created: leave child mode. The only thread does this,
+// before the new one exists (thread creation orders it for the new thread).
+void leave_child_mode() noexcept {
+    const api* parent = g_parent_table.load(std::memory_order_relaxed);
+    if (parent == nullptr) [[likely]]
+        return;
+    g_api.store(parent, std::memory_order_release);  // pairs with current()
+    g_parent_table.store(nullptr, std::memory_order_relaxed);
+}
+
+void register_own_atfork() noexcept {
+    // relaxed: the flag only makes registration happen once.
+    if (g_atfork_registered.exchange(true, std::memory_order_relaxed)) return;
+    using reg_fn = int(void (*)(), void (*)(), void (*)(), void*);
+    real<real_fn::register_atfork, reg_fn>()(nullptr, nullptr, &atfork_child, &__dso_handle);
+}
+
+// ---------------------------------------------------------------------------
+// The old condition variable ABI: the object holds a pointer to one of ours.
+
+std::atomic_ref<pthread_cond_t*> old_cond_slot(pthread_cond_t* c) noexcept {
+    return word<pthread_cond_t*>(c, 0);
+}
+
+pthread_cond_t* old_cond_inner(pthread_cond_t* c) noexcept {
+    // acquire pairs with the release of the CAS below: the inner object is
+    // initialized before its address is seen.
+    pthread_cond_t* p = old_cond_slot(c).load(std::memory_order_acquire);
+    if (p != nullptr) return p;
+    auto* fresh = static_cast<pthread_cond_t*>(std::calloc(1, sizeof(pthread_cond_t)));
+    if (fresh == nullptr) return nullptr;
+    if (!old_cond_slot(c).compare_exchange_strong(p, fresh, std::memory_order_acq_rel,
+                                                  std::memory_order_acquire)) {
+        std::free(fresh);  // another thread's object won
+        return p;
+    }
+    return fresh;
+}
+
+}  // namespace
+
+std::atomic<const api*> g_api{&bootstrap_table};
+
+const api* initialize() noexcept {
+    const api* t = current();
+    if (t != &bootstrap_table) [[likely]]
+        return t;
+    const api* chosen = table_from_environment();
+    const api* expected = &bootstrap_table;
+    // release pairs with current()'s acquire (the statistics table);
+    // a racing initializer installed the same table.
+    g_api.compare_exchange_strong(expected, chosen, std::memory_order_release,
+                                  std::memory_order_relaxed);
+    if (chosen->ours) register_own_atfork();
+    return current();
+}
+
+int old_cond_init(pthread_cond_t* c, const pthread_condattr_t* a) noexcept {
+    auto* fresh = static_cast<pthread_cond_t*>(std::calloc(1, sizeof(pthread_cond_t)));
+    if (fresh == nullptr) return ENOMEM;
+    current()->cond_init(fresh, a);
+    old_cond_slot(c).store(fresh, std::memory_order_release);  // pairs with old_cond_inner
+    return 0;
+}
+
+int old_cond_destroy(pthread_cond_t* c) noexcept {
+    pthread_cond_t* p = old_cond_slot(c).load(std::memory_order_acquire);  // as in old_cond_inner
+    if (p == nullptr) return 0;
+    int r = current()->cond_destroy(p);
+    old_cond_slot(c).store(nullptr, std::memory_order_relaxed);
+    std::free(p);
+    return r;
+}
+
+int old_cond_signal(pthread_cond_t* c) noexcept {
+    pthread_cond_t* p = old_cond_inner(c);
+    return p ? current()->cond_signal(p) : ENOMEM;
+}
+int old_cond_broadcast(pthread_cond_t* c) noexcept {
+    pthread_cond_t* p = old_cond_inner(c);
+    return p ? current()->cond_broadcast(p) : ENOMEM;
+}
+int old_cond_wait(pthread_cond_t* c, pthread_mutex_t* m) noexcept {
+    pthread_cond_t* p = old_cond_inner(c);
+    return p ? current()->cond_wait(p, m) : ENOMEM;
+}
+int old_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m, const struct timespec* abs) noexcept {
+    pthread_cond_t* p = old_cond_inner(c);
+    return p ? current()->cond_timedwait(p, m, abs) : ENOMEM;
+}
+
+namespace {
+
+__attribute__((constructor(101))) void on_load() noexcept { initialize(); }
+
+__attribute__((destructor(101))) void on_unload() noexcept {
+    if (current()->stats) stats_report();
+}
+
+}  // namespace
+
+}  // namespace spindle::preload
+
+// ---------------------------------------------------------------------------
+// The entry points.
+//
+// Defined under names of our own and given their exported names and
+// versions with .symver (name@@VERSION: the default a program built today
+// binds to; name@VERSION: an older one). A version script entry cannot do
+// it: ld drops the default version of a name that also has a .symver'd
+// older one.
+
+using spindle::preload::current;
+
+// ENTRY(name, member, return, (params), (args)): spindle_entry_<name>.
+#define SPINDLE_PRELOAD_ENTRY(name, member, params, args) \
+    extern "C" SPINDLE_PRELOAD_EXPORT int spindle_entry_##name params noexcept { \
+        return current()->member args;                                          \
+    }
+// The default version, and optionally an older one (an alias).
+#define SPINDLE_PRELOAD_VERSION(name, version) \
+    __asm__(".symver spindle_entry_" #name ", " #name "@@" version);
+#define SPINDLE_PRELOAD_OLDER(name, version)                                             \
+    extern "C" SPINDLE_PRELOAD_EXPORT decltype(spindle_entry_##name) spindle_older_##name \
+        __attribute__((alias("spindle_entry_" #name)));                                  \
+    __asm__(".symver spindle_older_" #name ", " #name "@" version);
+
+using mutex_t = pthread_mutex_t;
+using rwlock_t = pthread_rwlock_t;
+using spin_t = pthread_spinlock_t;
+using cond_t = pthread_cond_t;
+using ts_t = const struct timespec;
+
+SPINDLE_PRELOAD_ENTRY(pthread_mutex_init, mutex_init, (mutex_t* m, const pthread_mutexattr_t* a), (m, a))
+SPINDLE_PRELOAD_ENTRY(pthread_mutex_destroy, mutex_destroy, (mutex_t* m), (m))
+SPINDLE_PRELOAD_ENTRY(pthread_mutex_lock, mutex_lock, (mutex_t* m), (m))
+SPINDLE_PRELOAD_ENTRY(pthread_mutex_trylock, mutex_trylock, (mutex_t* m), (m))
+SPINDLE_PRELOAD_ENTRY(pthread_mutex_timedlock, mutex_timedlock, (mutex_t* m, ts_t* t), (m, t))
+SPINDLE_PRELOAD_ENTRY(pthread_mutex_clocklock, mutex_clocklock, (mutex_t* m, clockid_t c, ts_t* t), (m, c, t))
+SPINDLE_PRELOAD_ENTRY(pthread_mutex_unlock, mutex_unlock, (mutex_t* m), (m))
+
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_init, rwlock_init, (rwlock_t* l, const pthread_rwlockattr_t* a), (l, a))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_destroy, rwlock_destroy, (rwlock_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_rdlock, rwlock_rdlock, (rwlock_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_tryrdlock, rwlock_tryrdlock, (rwlock_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_timedrdlock, rwlock_timedrdlock, (rwlock_t* l, ts_t* t), (l, t))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_clockrdlock, rwlock_clockrdlock, (rwlock_t* l, clockid_t c, ts_t* t), (l, c, t))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_wrlock, rwlock_wrlock, (rwlock_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_trywrlock, rwlock_trywrlock, (rwlock_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_timedwrlock, rwlock_timedwrlock, (rwlock_t* l, ts_t* t), (l, t))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_clockwrlock, rwlock_clockwrlock, (rwlock_t* l, clockid_t c, ts_t* t), (l, c, t))
+SPINDLE_PRELOAD_ENTRY(pthread_rwlock_unlock, rwlock_unlock, (rwlock_t* l), (l))
+
+SPINDLE_PRELOAD_ENTRY(pthread_spin_init, spin_init, (spin_t* l, int pshared), (l, pshared))
+SPINDLE_PRELOAD_ENTRY(pthread_spin_destroy, spin_destroy, (spin_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_spin_lock, spin_lock, (spin_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_spin_trylock, spin_trylock, (spin_t* l), (l))
+SPINDLE_PRELOAD_ENTRY(pthread_spin_unlock, spin_unlock, (spin_t* l), (l))
+
+SPINDLE_PRELOAD_ENTRY(pthread_cond_init, cond_init, (cond_t* c, const pthread_condattr_t* a), (c, a))
+SPINDLE_PRELOAD_ENTRY(pthread_cond_destroy, cond_destroy, (cond_t* c), (c))
+SPINDLE_PRELOAD_ENTRY(pthread_cond_signal, cond_signal, (cond_t* c), (c))
+SPINDLE_PRELOAD_ENTRY(pthread_cond_broadcast, cond_broadcast, (cond_t* c), (c))
+SPINDLE_PRELOAD_ENTRY(pthread_cond_wait, cond_wait, (cond_t* c, mutex_t* m), (c, m))
+SPINDLE_PRELOAD_ENTRY(pthread_cond_timedwait, cond_timedwait, (cond_t* c, mutex_t* m, ts_t* t), (c, m, t))
+SPINDLE_PRELOAD_ENTRY(pthread_cond_clockwait, cond_clockwait, (cond_t* c, mutex_t* m, clockid_t k, ts_t* t), (c, m, k, t))
+
+// The GLIBC_2.2.5 condition variable ABI: other functions, same names.
+SPINDLE_PRELOAD_ENTRY(old_pthread_cond_init, old_cond_init, (cond_t* c, const pthread_condattr_t* a), (c, a))
+SPINDLE_PRELOAD_ENTRY(old_pthread_cond_destroy, old_cond_destroy, (cond_t* c), (c))
+SPINDLE_PRELOAD_ENTRY(old_pthread_cond_signal, old_cond_signal, (cond_t* c), (c))
+SPINDLE_PRELOAD_ENTRY(old_pthread_cond_broadcast, old_cond_broadcast, (cond_t* c), (c))
+SPINDLE_PRELOAD_ENTRY(old_pthread_cond_wait, old_cond_wait, (cond_t* c, mutex_t* m), (c, m))
+SPINDLE_PRELOAD_ENTRY(old_pthread_cond_timedwait, old_cond_timedwait, (cond_t* c, mutex_t* m, ts_t* t), (c, m, t))
+
+extern "C" {
+
+// Thread creation ends the fork child's single-threaded mode.
+SPINDLE_PRELOAD_EXPORT int spindle_entry_pthread_create(pthread_t* t, const pthread_attr_t* a,
+                                                        void* (*start)(void*), void* arg) noexcept {
+    spindle::preload::leave_child_mode();
+    using fn = int(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
+    return spindle::preload::real<spindle::preload::real_fn::pthread_create, fn>()(t, a, start, arg);
+}
+SPINDLE_PRELOAD_EXPORT int spindle_entry_thrd_create(thrd_t* t, thrd_start_t start, void* arg) noexcept {
+    spindle::preload::leave_child_mode();
+    using fn = int(thrd_t*, thrd_start_t, void*);
+    return spindle::preload::real<spindle::preload::real_fn::thrd_create, fn>()(t, start, arg);
+}
+
+// Every pthread_atfork() comes here: ours is registered first.
+SPINDLE_PRELOAD_EXPORT int spindle_entry___register_atfork(void (*prepare)(), void (*parent)(),
+                                                           void (*child)(), void* dso) noexcept {
+    spindle::preload::register_own_atfork();
+    using fn = int(void (*)(), void (*)(), void (*)(), void*);
+    return spindle::preload::real<spindle::preload::real_fn::register_atfork, fn>()(prepare, parent,
+                                                                                    child, dso);
+}
+
+// For programs and tests that want to know whether, and how, they are
+// interposed: declare it weak and test its address.
+SPINDLE_PRELOAD_EXPORT const char* spindle_preload_lock_name(void) noexcept {
+    return spindle::preload::initialize()->name;
+}
+SPINDLE_PRELOAD_EXPORT int spindle_preload_stats_enabled(void) noexcept {
+    return spindle::preload::initialize()->stats ? 1 : 0;
+}
+
+}  // extern "C"
+
+SPINDLE_PRELOAD_VERSION(pthread_mutex_init, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_mutex_destroy, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_mutex_lock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_mutex_trylock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_mutex_trylock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_mutex_timedlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_mutex_timedlock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_mutex_clocklock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_mutex_clocklock, "GLIBC_2.30")
+SPINDLE_PRELOAD_VERSION(pthread_mutex_unlock, "GLIBC_2.2.5")
+
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_init, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_init, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_destroy, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_destroy, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_rdlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_rdlock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_tryrdlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_tryrdlock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_timedrdlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_timedrdlock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_clockrdlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_clockrdlock, "GLIBC_2.30")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_wrlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_wrlock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_trywrlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_trywrlock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_timedwrlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_timedwrlock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_clockwrlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_clockwrlock, "GLIBC_2.30")
+SPINDLE_PRELOAD_VERSION(pthread_rwlock_unlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_rwlock_unlock, "GLIBC_2.2.5")
+
+SPINDLE_PRELOAD_VERSION(pthread_spin_init, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_spin_init, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_spin_destroy, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_spin_destroy, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_spin_lock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_spin_lock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_spin_trylock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_spin_trylock, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(pthread_spin_unlock, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_spin_unlock, "GLIBC_2.2.5")
+
+SPINDLE_PRELOAD_VERSION(pthread_cond_init, "GLIBC_2.3.2")
+SPINDLE_PRELOAD_VERSION(pthread_cond_destroy, "GLIBC_2.3.2")
+SPINDLE_PRELOAD_VERSION(pthread_cond_signal, "GLIBC_2.3.2")
+SPINDLE_PRELOAD_VERSION(pthread_cond_broadcast, "GLIBC_2.3.2")
+SPINDLE_PRELOAD_VERSION(pthread_cond_wait, "GLIBC_2.3.2")
+SPINDLE_PRELOAD_VERSION(pthread_cond_timedwait, "GLIBC_2.3.2")
+SPINDLE_PRELOAD_VERSION(pthread_cond_clockwait, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_cond_clockwait, "GLIBC_2.30")
+__asm__(".symver spindle_entry_old_pthread_cond_init, pthread_cond_init@GLIBC_2.2.5");
+__asm__(".symver spindle_entry_old_pthread_cond_destroy, pthread_cond_destroy@GLIBC_2.2.5");
+__asm__(".symver spindle_entry_old_pthread_cond_signal, pthread_cond_signal@GLIBC_2.2.5");
+__asm__(".symver spindle_entry_old_pthread_cond_broadcast, pthread_cond_broadcast@GLIBC_2.2.5");
+__asm__(".symver spindle_entry_old_pthread_cond_wait, pthread_cond_wait@GLIBC_2.2.5");
+__asm__(".symver spindle_entry_old_pthread_cond_timedwait, pthread_cond_timedwait@GLIBC_2.2.5");
+
+SPINDLE_PRELOAD_VERSION(pthread_create, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(pthread_create, "GLIBC_2.2.5")
+SPINDLE_PRELOAD_VERSION(thrd_create, "GLIBC_2.34")
+SPINDLE_PRELOAD_OLDER(thrd_create, "GLIBC_2.28")
+SPINDLE_PRELOAD_VERSION(__register_atfork, "GLIBC_2.3.2")
