@@ -1,0 +1,989 @@
+/* tests/preload/preload_prog.c — an ordinary C program that uses every
+ * pthread call libspindle_preload.so interposes, run under LD_PRELOAD with
+ * each SPINDLE_LOCK value (tests/preload/CMakeLists.txt).
+ *
+ *   preload_prog              all the checks below; exit 0 when they pass
+ *   preload_prog bad-env      SPINDLE_LOCK / SPINDLE_STATS misuse: spawns
+ *                             itself with bad values, expects a non-zero
+ *                             exit and a message naming the valid values
+ *   preload_prog stats        spawns itself with SPINDLE_STATS=1 on a
+ *                             contended workload, expects the report
+ *
+ * It must run interposed: it asks the library through a weak symbol, and
+ * checks that a held mutex's lock word is where the library puts it.
+ * Nothing here asserts how long anything takes; a deadline is only checked
+ * to have passed when ETIMEDOUT comes back.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <threads.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The library's own functions: null when it is not loaded. */
+extern const char* spindle_preload_lock_name(void) __attribute__((weak));
+
+/* The GLIBC_2.2.5 versions, which binaries linked against old glibc use. */
+int old_mutex_trylock(pthread_mutex_t*);
+int old_cond_init(pthread_cond_t*, const pthread_condattr_t*);
+int old_cond_destroy(pthread_cond_t*);
+int old_cond_signal(pthread_cond_t*);
+int old_cond_broadcast(pthread_cond_t*);
+int old_cond_wait(pthread_cond_t*, pthread_mutex_t*);
+int old_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const struct timespec*);
+__asm__(".symver old_mutex_trylock, pthread_mutex_trylock@GLIBC_2.2.5");
+__asm__(".symver old_cond_init, pthread_cond_init@GLIBC_2.2.5");
+__asm__(".symver old_cond_destroy, pthread_cond_destroy@GLIBC_2.2.5");
+__asm__(".symver old_cond_signal, pthread_cond_signal@GLIBC_2.2.5");
+__asm__(".symver old_cond_broadcast, pthread_cond_broadcast@GLIBC_2.2.5");
+__asm__(".symver old_cond_wait, pthread_cond_wait@GLIBC_2.2.5");
+__asm__(".symver old_cond_timedwait, pthread_cond_timedwait@GLIBC_2.2.5");
+
+static const char* g_lock = "hemlock"; /* the SPINDLE_LOCK value under test */
+static int g_ours;                      /* 1: spindle's locks, 0: pthread (glibc's) */
+static int g_threads;                   /* more than the CPUs */
+static long g_iters;
+
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (!(cond)) {                                                                   \
+            fprintf(stderr, "preload_prog [%s] %s:%d: CHECK(%s) failed\n", g_lock, __FILE__, \
+                    __LINE__, #cond);                                                    \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+#define CHECK_EQ(a, b)                                                                     \
+    do {                                                                                   \
+        long long va_ = (long long)(a), vb_ = (long long)(b);                              \
+        if (va_ != vb_) {                                                                  \
+            fprintf(stderr, "preload_prog [%s] %s:%d: %s == %lld, expected %s == %lld\n", \
+                    g_lock, __FILE__, __LINE__, #a, va_, #b, vb_);                         \
+            exit(1);                                                                       \
+        }                                                                                  \
+    } while (0)
+
+static void start(pthread_t* t, void* (*fn)(void*), void* arg) {
+    CHECK_EQ(pthread_create(t, NULL, fn, arg), 0);
+}
+static void* join(pthread_t t) {
+    void* r;
+    CHECK_EQ(pthread_join(t, &r), 0);
+    return r;
+}
+
+static struct timespec in_ms(clockid_t c, long ms) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+static int passed(clockid_t c, const struct timespec* d) {
+    struct timespec now;
+    clock_gettime(c, &now);
+    return now.tv_sec > d->tv_sec || (now.tv_sec == d->tv_sec && now.tv_nsec >= d->tv_nsec);
+}
+static void sleep_ms(long ms) {
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* A lock word is where the library says: a held mutex of ours has __lock
+ * (offset 0) zero and a non-zero lock in bytes 24..39 (all-zero bytes are
+ * an unlocked lock); glibc's has __lock non-zero. */
+static int lock_room_zero(const void* m, size_t offset) {
+    const unsigned char* b = (const unsigned char*)m + offset;
+    for (int i = 0; i < 16; ++i)
+        if (b[i]) return 0;
+    return 1;
+}
+static void check_layout_held(pthread_mutex_t* m) {
+    if (g_ours) {
+        CHECK_EQ(m->__data.__lock, 0);
+        CHECK(!lock_room_zero(m, 24));
+    } else {
+        CHECK(m->__data.__lock != 0);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Interposition. */
+
+static void test_interposed(void) {
+    CHECK(spindle_preload_lock_name != NULL); /* the library is loaded */
+    CHECK(strcmp(spindle_preload_lock_name(), g_lock) == 0);
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    CHECK_EQ(pthread_mutex_lock(&m), 0);
+    check_layout_held(&m);
+    /* The GLIBC_2.2.5 trylock is interposed too: glibc's would look at
+     * __lock, see 0 under our locks, and take the mutex. */
+    CHECK_EQ(old_mutex_trylock(&m), EBUSY);
+    CHECK_EQ(pthread_mutex_unlock(&m), 0);
+    CHECK_EQ(old_mutex_trylock(&m), 0);
+    CHECK_EQ(pthread_mutex_unlock(&m), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mutex kinds. */
+
+struct other_args {
+    pthread_mutex_t* m;
+    int (*op)(pthread_mutex_t*);
+};
+static void* other_op(void* p) {
+    struct other_args* a = p;
+    return (void*)(intptr_t)a->op(a->m);
+}
+/* op(m) from another thread. */
+static int in_other_thread(int (*op)(pthread_mutex_t*), pthread_mutex_t* m) {
+    struct other_args a = {m, op};
+    pthread_t t;
+    start(&t, other_op, &a);
+    return (int)(intptr_t)join(t);
+}
+
+static void check_normal(pthread_mutex_t* m) {
+    CHECK_EQ(pthread_mutex_lock(m), 0);
+    CHECK_EQ(pthread_mutex_trylock(m), EBUSY);
+    CHECK_EQ(in_other_thread(pthread_mutex_trylock, m), EBUSY);
+    CHECK_EQ(pthread_mutex_destroy(m), EBUSY);
+    CHECK_EQ(pthread_mutex_unlock(m), 0);
+    CHECK_EQ(in_other_thread(pthread_mutex_trylock, m), 0);  /* and leaves it locked... */
+    CHECK_EQ(pthread_mutex_trylock(m), EBUSY);
+}
+
+static void check_recursive(pthread_mutex_t* m) {
+    CHECK_EQ(pthread_mutex_lock(m), 0);
+    CHECK_EQ(pthread_mutex_lock(m), 0);
+    CHECK_EQ(pthread_mutex_trylock(m), 0);
+    struct timespec past = {0, 0};
+    CHECK_EQ(pthread_mutex_timedlock(m, &past), 0); /* depth 4 */
+    CHECK_EQ(in_other_thread(pthread_mutex_trylock, m), EBUSY);
+    CHECK_EQ(in_other_thread(pthread_mutex_unlock, m), EPERM);
+    for (int i = 0; i < 4; ++i) CHECK_EQ(pthread_mutex_unlock(m), 0);
+    CHECK_EQ(pthread_mutex_unlock(m), EPERM);
+    CHECK_EQ(in_other_thread(pthread_mutex_trylock, m), 0); /* locked by an exited thread now */
+    CHECK_EQ(pthread_mutex_trylock(m), EBUSY);
+}
+
+static void check_errorcheck(pthread_mutex_t* m) {
+    CHECK_EQ(pthread_mutex_unlock(m), EPERM); /* not locked */
+    CHECK_EQ(pthread_mutex_lock(m), 0);
+    CHECK_EQ(pthread_mutex_lock(m), EDEADLK);
+    CHECK_EQ(pthread_mutex_trylock(m), EBUSY);
+    struct timespec soon = in_ms(CLOCK_REALTIME, 10);
+    CHECK_EQ(pthread_mutex_timedlock(m, &soon), EDEADLK);
+    CHECK_EQ(in_other_thread(pthread_mutex_unlock, m), EPERM);
+    CHECK_EQ(pthread_mutex_unlock(m), 0);
+    CHECK_EQ(pthread_mutex_unlock(m), EPERM);
+    CHECK_EQ(pthread_mutex_destroy(m), 0);
+}
+
+static void init_kind(pthread_mutex_t* m, int type) {
+    pthread_mutexattr_t a;
+    CHECK_EQ(pthread_mutexattr_init(&a), 0);
+    CHECK_EQ(pthread_mutexattr_settype(&a, type), 0);
+    CHECK_EQ(pthread_mutex_init(m, &a), 0);
+    CHECK_EQ(pthread_mutexattr_destroy(&a), 0);
+}
+
+static void test_mutex_kinds(void) {
+    pthread_mutex_t m;
+    init_kind(&m, PTHREAD_MUTEX_NORMAL);
+    check_normal(&m);
+    pthread_mutex_t s = PTHREAD_MUTEX_INITIALIZER;
+    check_normal(&s);
+    pthread_mutex_t ad = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP;
+    check_normal(&ad);
+    CHECK_EQ(pthread_mutex_init(&m, NULL), 0);
+    check_normal(&m);
+
+    init_kind(&m, PTHREAD_MUTEX_RECURSIVE);
+    check_recursive(&m);
+    pthread_mutex_t r = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    check_recursive(&r);
+
+    init_kind(&m, PTHREAD_MUTEX_ERRORCHECK);
+    check_errorcheck(&m);
+    pthread_mutex_t e = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+    check_errorcheck(&e);
+}
+
+/* Robust, priority-inheritance and process-shared mutexes are glibc's. */
+static pthread_mutex_t g_robust;
+static void* die_holding(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_robust), 0);
+    return NULL; /* exits holding it */
+}
+
+static void test_glibc_kinds(void) {
+    pthread_mutexattr_t a;
+    CHECK_EQ(pthread_mutexattr_init(&a), 0);
+    CHECK_EQ(pthread_mutexattr_setrobust(&a, PTHREAD_MUTEX_ROBUST), 0);
+    CHECK_EQ(pthread_mutex_init(&g_robust, &a), 0);
+    CHECK_EQ(pthread_mutexattr_destroy(&a), 0);
+    pthread_t t;
+    start(&t, die_holding, NULL);
+    join(t);
+    CHECK_EQ(pthread_mutex_lock(&g_robust), EOWNERDEAD);
+    CHECK(g_robust.__data.__lock != 0); /* glibc's lock word: the owner's tid */
+    CHECK_EQ(pthread_mutex_consistent(&g_robust), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_robust), 0);
+    CHECK_EQ(pthread_mutex_lock(&g_robust), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_robust), 0);
+    CHECK_EQ(pthread_mutex_destroy(&g_robust), 0);
+
+    pthread_mutex_t pi;
+    CHECK_EQ(pthread_mutexattr_init(&a), 0);
+    CHECK_EQ(pthread_mutexattr_setprotocol(&a, PTHREAD_PRIO_INHERIT), 0);
+    CHECK_EQ(pthread_mutex_init(&pi, &a), 0);
+    CHECK_EQ(pthread_mutexattr_destroy(&a), 0);
+    CHECK_EQ(pthread_mutex_lock(&pi), 0);
+    CHECK_EQ(pi.__data.__lock, gettid()); /* a PI futex holds the owner's tid */
+    CHECK_EQ(in_other_thread(pthread_mutex_trylock, &pi), EBUSY);
+    struct timespec past = {0, 0};
+    CHECK_EQ(pthread_mutex_unlock(&pi), 0);
+    CHECK_EQ(pthread_mutex_timedlock(&pi, &past), 0);
+    CHECK_EQ(pthread_mutex_unlock(&pi), 0);
+    CHECK_EQ(pthread_mutex_destroy(&pi), 0);
+
+    /* Process-shared: a mutex in shared memory, locked from a child. */
+    pthread_mutex_t* sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE,
+                               MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    CHECK_EQ(pthread_mutexattr_init(&a), 0);
+    CHECK_EQ(pthread_mutexattr_setpshared(&a, PTHREAD_PROCESS_SHARED), 0);
+    CHECK_EQ(pthread_mutex_init(sh, &a), 0);
+    CHECK_EQ(pthread_mutexattr_destroy(&a), 0);
+    CHECK_EQ(pthread_mutex_lock(sh), 0);
+    CHECK(sh->__data.__lock != 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int r = pthread_mutex_lock(sh); /* waits for the parent */
+        if (r == 0) r = pthread_mutex_unlock(sh);
+        _exit(r == 0 ? 0 : 1);
+    }
+    sleep_ms(20);
+    CHECK_EQ(pthread_mutex_unlock(sh), 0);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(pthread_mutex_destroy(sh), 0);
+    munmap(sh, sizeof *sh);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Timed locks. */
+
+static pthread_mutex_t g_held = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_hold_state; /* 1: holder has the lock, 2: release it */
+static void* hold_until_told(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_held), 0);
+    atomic_store(&g_hold_state, 1);
+    while (atomic_load(&g_hold_state) != 2) sleep_ms(1);
+    CHECK_EQ(pthread_mutex_unlock(&g_held), 0);
+    return NULL;
+}
+
+static void test_timed(void) {
+    struct timespec past = {1, 0}, bad = {0, 1000000000L}, neg = {-1, 0};
+    /* Free: locked whatever the deadline, even a malformed one. */
+    CHECK_EQ(pthread_mutex_timedlock(&g_held, &past), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_held), 0);
+    CHECK_EQ(pthread_mutex_clocklock(&g_held, CLOCK_MONOTONIC, &past), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_held), 0);
+    CHECK_EQ(pthread_mutex_clocklock(&g_held, CLOCK_PROCESS_CPUTIME_ID, &past), EINVAL);
+
+    atomic_store(&g_hold_state, 0);
+    pthread_t t;
+    start(&t, hold_until_told, NULL);
+    while (atomic_load(&g_hold_state) != 1) sleep_ms(1);
+    CHECK_EQ(pthread_mutex_timedlock(&g_held, &past), ETIMEDOUT);
+    CHECK_EQ(pthread_mutex_timedlock(&g_held, &neg), ETIMEDOUT);
+    CHECK_EQ(pthread_mutex_timedlock(&g_held, &bad), EINVAL);
+    struct timespec d = in_ms(CLOCK_REALTIME, 30);
+    CHECK_EQ(pthread_mutex_timedlock(&g_held, &d), ETIMEDOUT);
+    CHECK(passed(CLOCK_REALTIME, &d));
+    d = in_ms(CLOCK_MONOTONIC, 30);
+    CHECK_EQ(pthread_mutex_clocklock(&g_held, CLOCK_MONOTONIC, &d), ETIMEDOUT);
+    CHECK(passed(CLOCK_MONOTONIC, &d));
+    /* A future deadline and a release before it. */
+    atomic_store(&g_hold_state, 2);
+    d = in_ms(CLOCK_MONOTONIC, 600000);
+    CHECK_EQ(pthread_mutex_clocklock(&g_held, CLOCK_MONOTONIC, &d), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_held), 0);
+    join(t);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Mutual exclusion under oversubscription: an exact count. */
+
+struct stress {
+    pthread_mutex_t* m;
+    long iters;
+    long counter; /* not atomic: the mutex protects it */
+    int mode;     /* 0 lock, 1 trylock loop, 2 timedlock, 3 recursive twice */
+};
+static void* stress_worker(void* p) {
+    struct stress* s = p;
+    for (long i = 0; i < s->iters; ++i) {
+        switch (s->mode) {
+            case 0: CHECK_EQ(pthread_mutex_lock(s->m), 0); break;
+            case 1:
+                while (pthread_mutex_trylock(s->m) != 0) sched_yield();
+                break;
+            case 2: {
+                struct timespec d = in_ms(CLOCK_REALTIME, 600000);
+                CHECK_EQ(pthread_mutex_timedlock(s->m, &d), 0);
+                break;
+            }
+            case 3:
+                CHECK_EQ(pthread_mutex_lock(s->m), 0);
+                CHECK_EQ(pthread_mutex_lock(s->m), 0);
+                break;
+        }
+        long v = s->counter;
+        if ((i & 63) == 0) sched_yield(); /* invite preemption inside */
+        s->counter = v + 1;
+        CHECK_EQ(pthread_mutex_unlock(s->m), 0);
+        if (s->mode == 3) CHECK_EQ(pthread_mutex_unlock(s->m), 0);
+    }
+    return NULL;
+}
+
+static void run_stress(pthread_mutex_t* m, int mode, long iters) {
+    struct stress s = {m, iters, 0, mode};
+    pthread_t t[64];
+    for (int i = 0; i < g_threads; ++i) start(&t[i], stress_worker, &s);
+    for (int i = 0; i < g_threads; ++i) join(t[i]);
+    CHECK_EQ(s.counter, (long)g_threads * iters);
+}
+
+static void test_stress(void) {
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    run_stress(&m, 0, g_iters);
+    run_stress(&m, 1, g_iters / 4);
+    run_stress(&m, 2, g_iters / 4);
+    pthread_mutex_t r = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    run_stress(&r, 3, g_iters / 4);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Condition variables. */
+
+#define RING 4
+struct queue {
+    pthread_mutex_t m;
+    pthread_cond_t not_empty, not_full;
+    long items[RING];
+    int head, count;
+    int old_abi; /* use the GLIBC_2.2.5 functions */
+};
+static int q_wait(struct queue* q, pthread_cond_t* c) {
+    return q->old_abi ? old_cond_wait(c, &q->m) : pthread_cond_wait(c, &q->m);
+}
+static int q_signal(struct queue* q, pthread_cond_t* c) {
+    return q->old_abi ? old_cond_signal(c) : pthread_cond_signal(c);
+}
+static void* producer(void* p) {
+    struct queue* q = p;
+    for (long i = 1; i <= g_iters; ++i) {
+        CHECK_EQ(pthread_mutex_lock(&q->m), 0);
+        while (q->count == RING) CHECK_EQ(q_wait(q, &q->not_full), 0);
+        q->items[(q->head + q->count++) % RING] = i;
+        CHECK_EQ(q_signal(q, &q->not_empty), 0);
+        CHECK_EQ(pthread_mutex_unlock(&q->m), 0);
+    }
+    return NULL;
+}
+static void* consumer(void* p) {
+    struct queue* q = p;
+    long sum = 0;
+    for (long i = 1; i <= g_iters; ++i) {
+        CHECK_EQ(pthread_mutex_lock(&q->m), 0);
+        while (q->count == 0) CHECK_EQ(q_wait(q, &q->not_empty), 0);
+        long v = q->items[q->head];
+        q->head = (q->head + 1) % RING;
+        q->count--;
+        CHECK_EQ(v, i); /* one producer: FIFO order */
+        sum += v;
+        CHECK_EQ(q_signal(q, &q->not_full), 0);
+        CHECK_EQ(pthread_mutex_unlock(&q->m), 0);
+    }
+    return (void*)sum;
+}
+static void producer_consumer(int old_abi) {
+    struct queue q = {.m = PTHREAD_MUTEX_INITIALIZER, .old_abi = old_abi};
+    if (old_abi) {
+        CHECK_EQ(old_cond_init(&q.not_empty, NULL), 0);
+        memset(&q.not_full, 0, sizeof q.not_full); /* the old static initializer */
+    } else {
+        q.not_empty = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+        CHECK_EQ(pthread_cond_init(&q.not_full, NULL), 0);
+    }
+    pthread_t p, c;
+    start(&p, producer, &q);
+    start(&c, consumer, &q);
+    join(p);
+    CHECK_EQ((long)join(c), g_iters * (g_iters + 1) / 2);
+    if (old_abi) {
+        CHECK_EQ(old_cond_destroy(&q.not_empty), 0);
+        CHECK_EQ(old_cond_destroy(&q.not_full), 0);
+    } else {
+        CHECK_EQ(pthread_cond_destroy(&q.not_empty), 0);
+        CHECK_EQ(pthread_cond_destroy(&q.not_full), 0);
+    }
+}
+
+struct gate {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int open, waiting, passed;
+};
+static void* wait_gate(void* p) {
+    struct gate* g = p;
+    CHECK_EQ(pthread_mutex_lock(&g->m), 0);
+    g->waiting++;
+    while (!g->open) CHECK_EQ(pthread_cond_wait(&g->c, &g->m), 0);
+    g->passed++;
+    CHECK_EQ(pthread_mutex_unlock(&g->m), 0);
+    return NULL;
+}
+
+static pthread_mutex_t g_cancel_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cancel_c = PTHREAD_COND_INITIALIZER;
+static atomic_int g_cancel_waiting, g_cleanup_ran;
+static void cancel_cleanup(void* p) {
+    (void)p;
+    /* POSIX: the mutex is held again when cleanup handlers run. */
+    CHECK_EQ(pthread_mutex_trylock(&g_cancel_m), EBUSY);
+    atomic_store(&g_cleanup_ran, 1);
+    CHECK_EQ(pthread_mutex_unlock(&g_cancel_m), 0);
+}
+static void* wait_forever(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_cancel_m), 0);
+    pthread_cleanup_push(cancel_cleanup, NULL);
+    atomic_store(&g_cancel_waiting, 1);
+    for (;;) pthread_cond_wait(&g_cancel_c, &g_cancel_m);
+    pthread_cleanup_pop(1);
+    return NULL;
+}
+
+static void test_cond(void) {
+    producer_consumer(0);
+    producer_consumer(1);
+
+    /* Broadcast wakes every waiter; destroy right after is safe. */
+    struct gate* g = calloc(1, sizeof *g);
+    CHECK_EQ(pthread_mutex_init(&g->m, NULL), 0);
+    CHECK_EQ(pthread_cond_init(&g->c, NULL), 0);
+    pthread_t t[64];
+    for (int i = 0; i < g_threads; ++i) start(&t[i], wait_gate, g);
+    for (;;) {
+        CHECK_EQ(pthread_mutex_lock(&g->m), 0);
+        int w = g->waiting;
+        CHECK_EQ(pthread_mutex_unlock(&g->m), 0);
+        if (w == g_threads) break;
+        sleep_ms(1);
+    }
+    CHECK_EQ(pthread_mutex_lock(&g->m), 0);
+    g->open = 1;
+    CHECK_EQ(pthread_cond_broadcast(&g->c), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g->m), 0);
+    for (int i = 0; i < g_threads; ++i) join(t[i]);
+    CHECK_EQ(g->passed, g_threads);
+    CHECK_EQ(pthread_cond_destroy(&g->c), 0);
+    CHECK_EQ(pthread_mutex_destroy(&g->m), 0);
+    free(g);
+
+    /* Timed waits: the mutex is held again on every return. */
+    pthread_mutex_t m = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+    pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+    struct timespec past = {1, 0}, bad = {0, -1};
+    CHECK_EQ(pthread_cond_wait(&c, &m), EPERM); /* errorcheck, not held */
+    CHECK_EQ(pthread_mutex_lock(&m), 0);
+    CHECK_EQ(pthread_cond_timedwait(&c, &m, &past), ETIMEDOUT);
+    CHECK_EQ(pthread_cond_timedwait(&c, &m, &bad), EINVAL);
+    struct timespec d = in_ms(CLOCK_REALTIME, 20);
+    CHECK_EQ(pthread_cond_timedwait(&c, &m, &d), ETIMEDOUT);
+    CHECK(passed(CLOCK_REALTIME, &d));
+    d = in_ms(CLOCK_MONOTONIC, 20);
+    CHECK_EQ(pthread_cond_clockwait(&c, &m, CLOCK_MONOTONIC, &d), ETIMEDOUT);
+    CHECK(passed(CLOCK_MONOTONIC, &d));
+    CHECK_EQ(pthread_cond_clockwait(&c, &m, CLOCK_THREAD_CPUTIME_ID, &d), EINVAL);
+    CHECK_EQ(pthread_mutex_unlock(&m), 0); /* errorcheck: proves we held it */
+
+    /* A monotonic condition variable (pthread_condattr_setclock). */
+    pthread_condattr_t ca;
+    CHECK_EQ(pthread_condattr_init(&ca), 0);
+    CHECK_EQ(pthread_condattr_setclock(&ca, CLOCK_MONOTONIC), 0);
+    CHECK_EQ(pthread_cond_init(&c, &ca), 0);
+    CHECK_EQ(pthread_condattr_destroy(&ca), 0);
+    CHECK_EQ(pthread_mutex_lock(&m), 0);
+    d = in_ms(CLOCK_MONOTONIC, 20);
+    CHECK_EQ(pthread_cond_timedwait(&c, &m, &d), ETIMEDOUT);
+    CHECK(passed(CLOCK_MONOTONIC, &d));
+    CHECK_EQ(pthread_mutex_unlock(&m), 0);
+    CHECK_EQ(pthread_cond_destroy(&c), 0);
+
+    /* The old ABI's timed wait. */
+    pthread_cond_t oc;
+    memset(&oc, 0, sizeof oc);
+    CHECK_EQ(pthread_mutex_lock(&m), 0);
+    CHECK_EQ(old_cond_timedwait(&oc, &m, &past), ETIMEDOUT);
+    CHECK_EQ(old_cond_broadcast(&oc), 0);
+    CHECK_EQ(pthread_mutex_unlock(&m), 0);
+    CHECK_EQ(old_cond_destroy(&oc), 0);
+
+    /* A recursive mutex held twice: wait releases both levels, and the
+     * depth is back afterwards. */
+    pthread_mutex_t r = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+    c = (pthread_cond_t)PTHREAD_COND_INITIALIZER;
+    CHECK_EQ(pthread_mutex_lock(&r), 0);
+    CHECK_EQ(pthread_mutex_lock(&r), 0);
+    if (g_ours) { /* glibc's wait releases one level only */
+        d = in_ms(CLOCK_REALTIME, 10);
+        CHECK_EQ(pthread_cond_timedwait(&c, &r, &d), ETIMEDOUT);
+        CHECK_EQ(in_other_thread(pthread_mutex_trylock, &r), EBUSY);
+    }
+    CHECK_EQ(pthread_mutex_unlock(&r), 0);
+    CHECK_EQ(pthread_mutex_unlock(&r), 0);
+    CHECK_EQ(pthread_mutex_unlock(&r), EPERM);
+
+    /* Cancellation of a waiter: it wakes, relocks, runs its handler. */
+    pthread_t w;
+    start(&w, wait_forever, NULL);
+    while (!atomic_load(&g_cancel_waiting)) sleep_ms(1);
+    CHECK_EQ(pthread_mutex_lock(&g_cancel_m), 0); /* it is in the wait: m was released */
+    CHECK_EQ(pthread_mutex_unlock(&g_cancel_m), 0);
+    CHECK_EQ(pthread_cancel(w), 0);
+    CHECK(join(w) == PTHREAD_CANCELED);
+    CHECK_EQ(atomic_load(&g_cleanup_ran), 1);
+    CHECK_EQ(pthread_mutex_trylock(&g_cancel_m), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_cancel_m), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Reader-writer locks. */
+
+static pthread_rwlock_t g_rw = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_int g_readers_in;
+static void* reader_meets_reader(void* p) {
+    int n = (int)(intptr_t)p;
+    CHECK_EQ(pthread_rwlock_rdlock(&g_rw), 0);
+    atomic_fetch_add(&g_readers_in, 1);
+    /* Everybody holds the read lock at once, or this never ends. */
+    while (atomic_load(&g_readers_in) < n) sched_yield();
+    CHECK_EQ(pthread_rwlock_unlock(&g_rw), 0);
+    return NULL;
+}
+static int try_rd(pthread_rwlock_t* l) { return pthread_rwlock_tryrdlock(l); }
+static int try_wr(pthread_rwlock_t* l) { return pthread_rwlock_trywrlock(l); }
+struct rw_args {
+    pthread_rwlock_t* l;
+    int (*op)(pthread_rwlock_t*);
+};
+static void* rw_other(void* p) {
+    struct rw_args* a = p;
+    int r = a->op(a->l);
+    if (r == 0) CHECK_EQ(pthread_rwlock_unlock(a->l), 0);
+    return (void*)(intptr_t)r;
+}
+static int rw_in_other_thread(int (*op)(pthread_rwlock_t*), pthread_rwlock_t* l) {
+    struct rw_args a = {l, op};
+    pthread_t t;
+    start(&t, rw_other, &a);
+    return (int)(intptr_t)join(t);
+}
+
+struct rw_data {
+    pthread_rwlock_t l;
+    long a, b; /* equal whenever the lock is not write-held */
+    long writes;
+};
+static void* rw_worker(void* p) {
+    struct rw_data* d = p;
+    for (long i = 0; i < g_iters / 4; ++i) {
+        if (i % 4 == 0) {
+            CHECK_EQ(pthread_rwlock_wrlock(&d->l), 0);
+            d->a++;
+            if ((i & 31) == 0) sched_yield();
+            d->b++;
+            d->writes++;
+            CHECK_EQ(pthread_rwlock_unlock(&d->l), 0);
+        } else {
+            CHECK_EQ(pthread_rwlock_rdlock(&d->l), 0);
+            long a = d->a;
+            if ((i & 31) == 1) sched_yield();
+            CHECK_EQ(d->b, a);
+            CHECK_EQ(pthread_rwlock_unlock(&d->l), 0);
+        }
+    }
+    return NULL;
+}
+
+static pthread_rwlock_t g_wpref = PTHREAD_RWLOCK_WRITER_NONRECURSIVE_INITIALIZER_NP;
+static void* writer(void* p) {
+    pthread_rwlock_t* l = p;
+    CHECK_EQ(pthread_rwlock_wrlock(l), 0);
+    CHECK_EQ(pthread_rwlock_unlock(l), 0);
+    return NULL;
+}
+
+static void test_rwlock(void) {
+    /* Readers share: a second reader gets in while one holds it... */
+    CHECK_EQ(pthread_rwlock_rdlock(&g_rw), 0);
+    CHECK_EQ(rw_in_other_thread(try_rd, &g_rw), 0);
+    CHECK_EQ(rw_in_other_thread(try_wr, &g_rw), EBUSY);
+    struct timespec past = {1, 0}, bad = {0, 1000000000L};
+    CHECK_EQ(pthread_rwlock_timedwrlock(&g_rw, &past), ETIMEDOUT);
+    CHECK_EQ(pthread_rwlock_timedwrlock(&g_rw, &bad), EINVAL);
+    CHECK_EQ(pthread_rwlock_rdlock(&g_rw), 0); /* recursive read, default kind */
+    CHECK_EQ(pthread_rwlock_unlock(&g_rw), 0);
+    CHECK_EQ(pthread_rwlock_unlock(&g_rw), 0);
+    /* ... and all of them hold it at the same time. */
+    int n = g_threads;
+    pthread_t t[64];
+    atomic_store(&g_readers_in, 0);
+    for (int i = 0; i < n; ++i) start(&t[i], reader_meets_reader, (void*)(intptr_t)n);
+    for (int i = 0; i < n; ++i) join(t[i]);
+
+    /* A writer excludes everybody. */
+    CHECK_EQ(pthread_rwlock_wrlock(&g_rw), 0);
+    CHECK_EQ(pthread_rwlock_wrlock(&g_rw), EDEADLK);
+    CHECK_EQ(pthread_rwlock_rdlock(&g_rw), EDEADLK);
+    CHECK_EQ(rw_in_other_thread(try_rd, &g_rw), EBUSY);
+    CHECK_EQ(rw_in_other_thread(try_wr, &g_rw), EBUSY);
+    CHECK_EQ(pthread_rwlock_unlock(&g_rw), 0);
+    CHECK_EQ(pthread_rwlock_trywrlock(&g_rw), 0);
+    CHECK_EQ(pthread_rwlock_unlock(&g_rw), 0);
+
+    /* Timed and clocked acquisitions against a writer in another thread. */
+    pthread_rwlock_t l;
+    pthread_rwlockattr_t a;
+    CHECK_EQ(pthread_rwlockattr_init(&a), 0);
+    CHECK_EQ(pthread_rwlock_init(&l, &a), 0);
+    CHECK_EQ(pthread_rwlockattr_destroy(&a), 0);
+    CHECK_EQ(pthread_rwlock_wrlock(&l), 0);
+    struct timespec d = in_ms(CLOCK_REALTIME, 20);
+    CHECK_EQ(rw_in_other_thread(try_rd, &l), EBUSY);
+    CHECK_EQ(pthread_rwlock_unlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_timedrdlock(&l, &d), 0);
+    CHECK_EQ(pthread_rwlock_unlock(&l), 0);
+    d = in_ms(CLOCK_MONOTONIC, 20);
+    CHECK_EQ(pthread_rwlock_clockwrlock(&l, CLOCK_MONOTONIC, &d), 0);
+    CHECK_EQ(pthread_rwlock_unlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_clockrdlock(&l, CLOCK_MONOTONIC, &d), 0);
+    CHECK_EQ(pthread_rwlock_clockwrlock(&l, CLOCK_MONOTONIC, &past), ETIMEDOUT);
+    d = in_ms(CLOCK_MONOTONIC, 20);
+    CHECK_EQ(pthread_rwlock_clockwrlock(&l, CLOCK_MONOTONIC, &d), ETIMEDOUT);
+    CHECK(passed(CLOCK_MONOTONIC, &d));
+    CHECK_EQ(pthread_rwlock_clockwrlock(&l, CLOCK_PROCESS_CPUTIME_ID, &d), EINVAL);
+    CHECK_EQ(pthread_rwlock_unlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_destroy(&l), 0);
+
+    /* Writers and readers together: writers exclusive, counts exact. */
+    struct rw_data* rd = calloc(1, sizeof *rd);
+    CHECK_EQ(pthread_rwlock_init(&rd->l, NULL), 0);
+    for (int i = 0; i < g_threads; ++i) start(&t[i], rw_worker, rd);
+    for (int i = 0; i < g_threads; ++i) join(t[i]);
+    CHECK_EQ(rd->a, rd->writes);
+    CHECK_EQ(rd->b, rd->writes);
+    CHECK_EQ(rd->writes, (long)g_threads * ((g_iters / 4 + 3) / 4));
+    CHECK_EQ(pthread_rwlock_destroy(&rd->l), 0);
+    free(rd);
+
+    /* Writer-preferring: once a writer waits, new readers wait too. */
+    CHECK_EQ(pthread_rwlock_rdlock(&g_wpref), 0);
+    pthread_t w;
+    start(&w, writer, &g_wpref);
+    for (;;) { /* until the writer has announced itself */
+        int r = rw_in_other_thread(try_rd, &g_wpref);
+        if (r == EBUSY) break;
+        CHECK_EQ(r, 0);
+        sleep_ms(1);
+    }
+    CHECK_EQ(pthread_rwlock_unlock(&g_wpref), 0);
+    join(w);
+
+    /* Process-shared: glibc's. */
+    CHECK_EQ(pthread_rwlockattr_init(&a), 0);
+    CHECK_EQ(pthread_rwlockattr_setpshared(&a, PTHREAD_PROCESS_SHARED), 0);
+    CHECK_EQ(pthread_rwlock_init(&l, &a), 0);
+    CHECK_EQ(pthread_rwlockattr_destroy(&a), 0);
+    CHECK_EQ(pthread_rwlock_rdlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_tryrdlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_trywrlock(&l), EBUSY);
+    CHECK_EQ(pthread_rwlock_unlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_unlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_wrlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_unlock(&l), 0);
+    CHECK_EQ(pthread_rwlock_destroy(&l), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Spinlocks. */
+
+static pthread_spinlock_t g_spin;
+static long g_spin_count;
+static void* spin_worker(void* p) {
+    (void)p;
+    for (long i = 0; i < g_iters / 4; ++i) {
+        if (i & 1)
+            CHECK_EQ(pthread_spin_lock(&g_spin), 0);
+        else
+            while (pthread_spin_trylock(&g_spin) != 0) sched_yield();
+        long v = g_spin_count;
+        g_spin_count = v + 1;
+        CHECK_EQ(pthread_spin_unlock(&g_spin), 0);
+    }
+    return NULL;
+}
+
+static void test_spin(void) {
+    CHECK_EQ(pthread_spin_init(&g_spin, PTHREAD_PROCESS_PRIVATE), 0);
+    CHECK_EQ(pthread_spin_lock(&g_spin), 0);
+    CHECK_EQ(pthread_spin_trylock(&g_spin), EBUSY);
+    CHECK_EQ(pthread_spin_unlock(&g_spin), 0);
+    CHECK_EQ(pthread_spin_trylock(&g_spin), 0);
+    CHECK_EQ(pthread_spin_unlock(&g_spin), 0);
+    pthread_t t[64];
+    for (int i = 0; i < g_threads; ++i) start(&t[i], spin_worker, NULL);
+    for (int i = 0; i < g_threads; ++i) join(t[i]);
+    CHECK_EQ(g_spin_count, (long)g_threads * (g_iters / 4));
+    CHECK_EQ(pthread_spin_destroy(&g_spin), 0);
+}
+
+/* ------------------------------------------------------------------------ */
+/* fork() in a multi-threaded process. */
+
+static pthread_mutex_t g_busy = PTHREAD_MUTEX_INITIALIZER;    /* hammered by others */
+static pthread_mutex_t g_quiet = PTHREAD_MUTEX_INITIALIZER;   /* nobody holds it */
+static pthread_mutex_t g_mine = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP; /* the forker holds it */
+static pthread_mutex_t g_checked = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP; /* the forker holds it */
+static pthread_mutex_t g_queued = PTHREAD_MUTEX_INITIALIZER;  /* held by the forker, waited on */
+static pthread_mutex_t g_atfork = PTHREAD_MUTEX_INITIALIZER;  /* the pthread_atfork pattern */
+static pthread_rwlock_t g_fork_rw = PTHREAD_RWLOCK_INITIALIZER;
+static pthread_spinlock_t g_fork_spin;
+static atomic_int g_stop;
+static long g_busy_count;
+
+static void* hammer(void* p) {
+    (void)p;
+    while (!atomic_load(&g_stop)) {
+        CHECK_EQ(pthread_mutex_lock(&g_busy), 0);
+        g_busy_count++;
+        CHECK_EQ(pthread_mutex_unlock(&g_busy), 0);
+        CHECK_EQ(pthread_mutex_lock(&g_atfork), 0);
+        CHECK_EQ(pthread_mutex_unlock(&g_atfork), 0);
+    }
+    return NULL;
+}
+static void* wait_queued(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_queued), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_queued), 0);
+    return NULL;
+}
+static void* child_thread(void* p) {
+    pthread_mutex_t* m = p;
+    CHECK_EQ(pthread_mutex_lock(m), 0);
+    CHECK_EQ(pthread_mutex_unlock(m), 0);
+    return NULL;
+}
+static void prepare(void) { CHECK_EQ(pthread_mutex_lock(&g_atfork), 0); }
+static void after(void) { CHECK_EQ(pthread_mutex_unlock(&g_atfork), 0); }
+
+static void test_fork(void) {
+    CHECK_EQ(pthread_atfork(prepare, after, after), 0);
+    CHECK_EQ(pthread_spin_init(&g_fork_spin, PTHREAD_PROCESS_PRIVATE), 0);
+    atomic_store(&g_stop, 0);
+    pthread_t h[2], q;
+    for (int i = 0; i < 2; ++i) start(&h[i], hammer, NULL);
+    CHECK_EQ(pthread_mutex_lock(&g_queued), 0);
+    start(&q, wait_queued, NULL);
+    sleep_ms(20); /* likely queued on g_queued by now; the test holds either way */
+    CHECK_EQ(pthread_mutex_lock(&g_mine), 0);
+    CHECK_EQ(pthread_mutex_lock(&g_checked), 0);
+    CHECK_EQ(pthread_rwlock_wrlock(&g_fork_rw), 0);
+    CHECK_EQ(pthread_spin_lock(&g_fork_spin), 0);
+
+    for (int round = 0; round < 3; ++round) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            /* The child: one thread, ours. */
+            CHECK_EQ(pthread_mutex_lock(&g_quiet), 0);
+            CHECK_EQ(pthread_mutex_unlock(&g_quiet), 0);
+            if (g_ours) {
+                /* Still this thread's. (glibc identifies owners by kernel
+                 * tid, which the child's thread does not share with its
+                 * parent: there the child cannot unlock them.) */
+                CHECK_EQ(pthread_mutex_lock(&g_mine), 0); /* depth 2 */
+                CHECK_EQ(pthread_mutex_unlock(&g_mine), 0);
+                CHECK_EQ(pthread_mutex_unlock(&g_mine), 0);
+                CHECK_EQ(pthread_mutex_unlock(&g_mine), EPERM);
+                CHECK_EQ(pthread_mutex_unlock(&g_checked), 0);
+            }
+            CHECK_EQ(pthread_mutex_unlock(&g_queued), 0); /* its waiter is gone */
+            CHECK_EQ(pthread_mutex_lock(&g_queued), 0);
+            CHECK_EQ(pthread_mutex_unlock(&g_queued), 0);
+            CHECK_EQ(pthread_mutex_lock(&g_atfork), 0); /* released by the child handler */
+            CHECK_EQ(pthread_mutex_unlock(&g_atfork), 0);
+            if (g_ours) { /* glibc: a write lock is its holder's tid's */
+                CHECK_EQ(pthread_rwlock_unlock(&g_fork_rw), 0);
+                CHECK_EQ(pthread_rwlock_wrlock(&g_fork_rw), 0);
+                CHECK_EQ(pthread_rwlock_unlock(&g_fork_rw), 0);
+            }
+            CHECK_EQ(pthread_spin_unlock(&g_fork_spin), 0);
+            CHECK_EQ(pthread_spin_lock(&g_fork_spin), 0);
+            CHECK_EQ(pthread_spin_unlock(&g_fork_spin), 0);
+            /* Threads again, and the locks work between them. */
+            pthread_t c[2];
+            for (int i = 0; i < 2; ++i) start(&c[i], child_thread, &g_queued);
+            CHECK_EQ(pthread_mutex_lock(&g_queued), 0);
+            CHECK_EQ(pthread_mutex_unlock(&g_queued), 0);
+            for (int i = 0; i < 2; ++i) join(c[i]);
+            _exit(0);
+        }
+        int status;
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    CHECK_EQ(pthread_spin_unlock(&g_fork_spin), 0);
+    CHECK_EQ(pthread_rwlock_unlock(&g_fork_rw), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_checked), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_mine), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_queued), 0);
+    join(q);
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < 2; ++i) join(h[i]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Modes that spawn this program again with another environment. */
+
+/* Runs this program with `assignment` (NAME=VALUE) added to the environment
+ * and argument `arg`; returns its exit status, its stderr in buf. */
+static int spawn_self(const char* assignment, const char* arg, char* buf, size_t size) {
+    int fds[2];
+    CHECK_EQ(pipe(fds), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 2);
+        close(fds[0]);
+        close(fds[1]);
+        putenv((char*)assignment);
+        execl("/proc/self/exe", "preload_prog", arg, (char*)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    ssize_t n;
+    while ((n = read(fds[0], buf + used, size - 1 - used)) > 0) used += (size_t)n;
+    buf[used] = '\0';
+    close(fds[0]);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    return WEXITSTATUS(status);
+}
+
+static int bad_env(void) {
+    char out[4096];
+    int r = spawn_self("SPINDLE_LOCK=no-such-lock", "quiet", out, sizeof out);
+    fprintf(stderr, "SPINDLE_LOCK=no-such-lock: exit %d, said: %s", r, out);
+    CHECK(r != 0);
+    CHECK(strstr(out, "SPINDLE_LOCK=no-such-lock") != NULL);
+    static const char* valid[] = {"hemlock", "mcs", "clh", "ticket", "tas", "ttas", "pthread"};
+    for (size_t i = 0; i < sizeof valid / sizeof valid[0]; ++i) CHECK(strstr(out, valid[i]) != NULL);
+    r = spawn_self("SPINDLE_STATS=yes", "quiet", out, sizeof out);
+    fprintf(stderr, "SPINDLE_STATS=yes: exit %d, said: %s", r, out);
+    CHECK(r != 0);
+    CHECK(strstr(out, "SPINDLE_STATS=yes") != NULL);
+    return 0;
+}
+
+static void* contend(void* p) {
+    pthread_mutex_t* m = p;
+    for (int i = 0; i < 20000; ++i) {
+        CHECK_EQ(pthread_mutex_lock(m), 0);
+        if ((i & 15) == 0) sched_yield();
+        CHECK_EQ(pthread_mutex_unlock(m), 0);
+    }
+    return NULL;
+}
+static int contended_workload(void) {
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_t t[4];
+    for (int i = 0; i < 4; ++i) start(&t[i], contend, &m);
+    for (int i = 0; i < 4; ++i) join(t[i]);
+    return 0;
+}
+
+static int stats(void) {
+    char out[8192];
+    int r = spawn_self("SPINDLE_STATS=1", "contend", out, sizeof out);
+    fprintf(stderr, "SPINDLE_STATS=1: exit %d, said:\n%s", r, out);
+    CHECK_EQ(r, 0);
+    if (g_ours) {
+        CHECK(strstr(out, "spindle: lock statistics") != NULL);
+        CHECK(strstr(out, " acquisitions, ") != NULL);
+        CHECK(strstr(out, "contended") != NULL);
+        CHECK(strstr(out, "mutex") != NULL);
+    } else {
+        CHECK(strstr(out, "measures spindle's locks only") != NULL);
+    }
+    return 0;
+}
+
+int main(int argc, char** argv) {
+    const char* env = getenv("SPINDLE_LOCK");
+    if (env != NULL && env[0] != '\0') g_lock = env;
+    g_ours = strcmp(g_lock, "pthread") != 0;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    g_threads = cpus < 2 ? 4 : (int)(2 * cpus + 1);
+    if (g_threads > 64) g_threads = 64;
+    g_iters = 4000;
+    const char* iters = getenv("PRELOAD_PROG_ITERS");
+    if (iters != NULL) g_iters = atol(iters);
+
+    const char* mode = argc > 1 ? argv[1] : "all";
+    if (strcmp(mode, "quiet") == 0) return 0;
+    if (strcmp(mode, "contend") == 0) return contended_workload();
+    test_interposed();
+    if (strcmp(mode, "bad-env") == 0) return bad_env();
+    if (strcmp(mode, "stats") == 0) return stats();
+
+    test_mutex_kinds();
+    test_glibc_kinds();
+    test_timed();
+    test_cond();
+    test_rwlock();
+    test_spin();
+    test_fork();
+    test_stress();
+    printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
+           g_iters);
+    return 0;
+}
