@@ -1,32 +1,70 @@
 // preload/algorithms.hpp — the SPINDLE_LOCK values and what each one uses.
 //
-// Each algorithm names the lock that goes inside pthread_mutex_t (and is the
-// writers' lock of pthread_rwlock_t) and the 32-bit lock of
-// pthread_spinlock_t (spin.hpp says why that one differs).
+//     SPINDLE_LOCK          pthread_mutex_t, rwlock writers   pthread_spinlock_t
+//     hemlock (default)     spindle::hemlock (Listing 2)      ticket_spin
+//     hemlock_naive         spindle::hemlock_naive            ticket_spin
+//     hemlock_overlap       spindle::hemlock_overlap          ticket_spin
+//     mcs                   spindle::mcs_lock                 ticket_spin
+//     clh                   spindle::clh_lock                 ticket_spin
+//     ticket                spindle::ticket_lock              ticket_spin
+//     tas                   spindle::tas_lock                 spindle::tas_lock
+//     ttas                  spindle::ttas_lock                spindle::ttas_lock
+//     <each of those>_park  its spin-then-futex twin          the same as above,
+//                           (hemlock_park, mcs_park_lock...)  tas/ttas: their twins
+//     pthread               glibc's own functions, untouched
+//
+// pthread_spinlock_t is 4 bytes: only the 32-bit locks fit, so the FIFO
+// families use ticket_spin (spin.hpp), the FIFO lock that fits.
+//
+// Not offered: hemlock_aho. Its unlock still writes the lock word after the
+// successor may have taken, released and freed the lock (locks/hemlock.hpp),
+// and a pthread_mutex_t is freed by whoever holds it last.
+//
+// before_fork: what the thread that forks must settle first. hemlock_overlap
+// returns from a contended unlock before its successor acknowledged the
+// handover; in a fork child that successor does not exist, and the Grant
+// word would stay full for ever. So the prepare handler drains it.
 #pragma once
 
+#include <spindle/locks/locks.hpp>
+
 #include "spin.hpp"
-#include "standin_lock.hpp"
 
 namespace spindle::preload {
 
-#define SPINDLE_PRELOAD_ALGORITHM(id, lock_type, spin_type) \
-    struct id {                                              \
-        static constexpr const char name[] = #id;            \
-        using lock = lock_type;                              \
-        using spin = spin_type;                              \
+#define SPINDLE_PRELOAD_ALGORITHM(id, lock_type, spin_type, before_fork_fn) \
+    struct id {                                                             \
+        static constexpr const char name[] = #id;                           \
+        using lock = lock_type;                                             \
+        using spin = spin_type;                                             \
+        static constexpr void (*before_fork)() noexcept = before_fork_fn;   \
     };
 
-SPINDLE_PRELOAD_ALGORITHM(hemlock, standin_lock, ticket_spin)
-SPINDLE_PRELOAD_ALGORITHM(mcs, standin_lock, ticket_spin)
-SPINDLE_PRELOAD_ALGORITHM(clh, standin_lock, ticket_spin)
-SPINDLE_PRELOAD_ALGORITHM(ticket, standin_lock, ticket_spin)
-SPINDLE_PRELOAD_ALGORITHM(tas, standin_lock, tas_spin)
-SPINDLE_PRELOAD_ALGORITHM(ttas, standin_lock, ttas_spin)
+SPINDLE_PRELOAD_ALGORITHM(hemlock, spindle::hemlock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(hemlock_park, spindle::hemlock_park, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(hemlock_naive, spindle::hemlock_naive, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(hemlock_naive_park, spindle::hemlock_naive_park, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(hemlock_overlap, spindle::hemlock_overlap, ticket_spin,
+                          &spindle::hemlock_overlap::drain_own_grant)
+SPINDLE_PRELOAD_ALGORITHM(hemlock_overlap_park, spindle::hemlock_overlap_park, ticket_spin,
+                          &spindle::hemlock_overlap_park::drain_own_grant)
+SPINDLE_PRELOAD_ALGORITHM(mcs, spindle::mcs_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(mcs_park, spindle::mcs_park_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(clh, spindle::clh_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(clh_park, spindle::clh_park_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(ticket, spindle::ticket_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(ticket_park, spindle::ticket_park_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(tas, spindle::tas_lock, spindle::tas_lock, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(tas_park, spindle::tas_park_lock, spindle::tas_park_lock, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(ttas, spindle::ttas_lock, spindle::ttas_lock, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(ttas_park, spindle::ttas_park_lock, spindle::ttas_park_lock, nullptr)
 
 #undef SPINDLE_PRELOAD_ALGORITHM
 
-// X(algorithm) for each; the first is the default.
-#define SPINDLE_PRELOAD_ALGORITHMS(X) X(hemlock) X(mcs) X(clh) X(ticket) X(tas) X(ttas)
+// X(algorithm) for each, in the order the error message lists them.
+#define SPINDLE_PRELOAD_ALGORITHMS(X)                                                      \
+    X(hemlock) X(hemlock_park) X(hemlock_naive) X(hemlock_naive_park) X(hemlock_overlap)   \
+    X(hemlock_overlap_park) X(mcs) X(mcs_park) X(clh) X(clh_park) X(ticket) X(ticket_park) \
+    X(tas) X(tas_park) X(ttas) X(ttas_park)
 
 }  // namespace spindle::preload

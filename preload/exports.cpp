@@ -119,6 +119,7 @@ constexpr api bootstrap_table = {
     &boot<&api::old_cond_signal>::call,   &boot<&api::old_cond_broadcast>::call,
     &boot<&api::old_cond_wait>::call,     &boot<&api::old_cond_timedwait>::call,
 
+    nullptr,
     bootstrap_name, false, false,
 };
 
@@ -215,6 +216,13 @@ int child_cond_destroy(pthread_cond_t* c) noexcept {
     return 0;
 }
 
+// The last prepare handler to run (ours is registered first): nothing of
+// ours will lock between here and the fork.
+void atfork_prepare() noexcept {
+    const api* t = current();
+    if (t->before_fork != nullptr) t->before_fork();
+}
+
 void atfork_child() noexcept {
     // The child has one thread: plain reads and writes of our globals here
     // race with nothing.
@@ -245,7 +253,7 @@ void register_own_atfork() noexcept {
     // relaxed: the flag only makes registration happen once.
     if (g_atfork_registered.exchange(true, std::memory_order_relaxed)) return;
     using reg_fn = int(void (*)(), void (*)(), void (*)(), void*);
-    real<real_fn::register_atfork, reg_fn>()(nullptr, nullptr, &atfork_child, &__dso_handle);
+    real<real_fn::register_atfork, reg_fn>()(&atfork_prepare, nullptr, &atfork_child, &__dso_handle);
 }
 
 // ---------------------------------------------------------------------------

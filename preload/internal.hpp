@@ -101,6 +101,9 @@ struct api {
     int (*old_cond_wait)(pthread_cond_t*, pthread_mutex_t*);
     int (*old_cond_timedwait)(pthread_cond_t*, pthread_mutex_t*, const struct timespec*);
 
+    // Run by the thread that forks, before the fork (algorithms.hpp); null: none.
+    void (*before_fork)() noexcept;
+
     const char* name;  // the SPINDLE_LOCK value
     bool stats;        // a measuring table
     bool ours;         // false: passthrough to glibc

@@ -1,20 +1,13 @@
 // preload/spin.hpp — the locks inside a pthread_spinlock_t.
 //
 // pthread_spinlock_t is one int, 4 bytes: a Hemlock tail pointer or an MCS
-// or CLH tail (8 bytes and more) does not fit. So the spinlocks use the lock
-// of the chosen family that fits in 32 bits:
-//
-//     SPINDLE_LOCK          pthread_spin_*
-//     tas*                  tas_spin: one word, 0 free / 1 held; exchange
-//     ttas*                 ttas_spin: the same, reads until free first
-//     everything else       ticket_spin: FIFO, like the queue locks
-//     pthread               glibc's
-//
-// All three keep 0 as "unlocked" (glibc's pthread_spin_init writes 0 too) and
-// work between processes (no addresses inside), so process-shared spinlocks
-// need nothing special. Waiters pause, and give the CPU up every 128 pauses
-// (spin_step): a pure spin on an oversubscribed machine burns the time slice
-// the holder — or, for ticket_spin, the next ticket's owner — needs.
+// or CLH tail does not fit, nor does spindle::ticket_lock (two words). So a
+// spinlock uses the lock of the chosen family that fits in 32 bits
+// (algorithms.hpp): spindle::tas_lock / ttas_lock (and their park twins)
+// as they are, and for the FIFO families ticket_spin below, a ticket lock in
+// one word. All keep 0 as "unlocked" (glibc's pthread_spin_init writes 0
+// too) and work between processes (no addresses inside), so process-shared
+// spinlocks need nothing special.
 #pragma once
 
 #include <atomic>
@@ -25,42 +18,6 @@
 #include "wait.hpp"
 
 namespace spindle::preload {
-
-struct tas_spin {
-    // word: 0 free | 1 held
-    static void lock(std::atomic_ref<std::uint32_t> w) noexcept {
-        unsigned spins = 0;
-        // acquire pairs with the release store in unlock().
-        while (w.exchange(1, std::memory_order_acquire) != 0) spin_step(spins);
-    }
-    static bool try_lock(std::atomic_ref<std::uint32_t> w) noexcept {
-        return w.exchange(1, std::memory_order_acquire) == 0;  // acquire: as in lock()
-    }
-    static void unlock(std::atomic_ref<std::uint32_t> w) noexcept {
-        w.store(0, std::memory_order_release);  // (1) -> (0); pairs with lock()'s acquire
-    }
-};
-
-struct ttas_spin {
-    static void lock(std::atomic_ref<std::uint32_t> w) noexcept {
-        unsigned spins = 0;
-        for (;;) {
-            // relaxed: only a hint that the exchange may succeed; the
-            // exchange's acquire pairs with unlock()'s release.
-            if (w.load(std::memory_order_relaxed) == 0 &&
-                w.exchange(1, std::memory_order_acquire) == 0)
-                return;
-            spin_step(spins);
-        }
-    }
-    static bool try_lock(std::atomic_ref<std::uint32_t> w) noexcept {
-        return w.load(std::memory_order_relaxed) == 0 &&
-               w.exchange(1, std::memory_order_acquire) == 0;  // as in lock()
-    }
-    static void unlock(std::atomic_ref<std::uint32_t> w) noexcept {
-        w.store(0, std::memory_order_release);  // pairs with lock()'s acquire
-    }
-};
 
 // Ticket lock in one 32-bit word:
 //
@@ -77,7 +34,8 @@ struct ticket_spin {
     static constexpr std::uint32_t next_one = 1u << 16;
     static constexpr std::uint32_t serving_mask = 0xffff;
 
-    static void lock(std::atomic_ref<std::uint32_t> w) noexcept {
+    void lock() noexcept {
+        auto& w = word_;
         // acquire: if the ticket is served at once, pairs with the release
         // in the previous holder's unlock().
         std::uint32_t s = w.fetch_add(next_one, std::memory_order_acquire);  // (n, s) -> (n+1, s)
@@ -89,14 +47,16 @@ struct ticket_spin {
             s = w.load(std::memory_order_acquire);
         }
     }
-    static bool try_lock(std::atomic_ref<std::uint32_t> w) noexcept {
+    [[nodiscard]] bool try_lock() noexcept {
+        auto& w = word_;
         std::uint32_t s = w.load(std::memory_order_relaxed);
         if ((s >> 16) != (s & serving_mask)) return false;  // held
         // acquire pairs with unlock()'s release. (n, n) -> (n+1, n)
         return w.compare_exchange_strong(s, s + next_one, std::memory_order_acquire,
                                          std::memory_order_relaxed);
     }
-    static void unlock(std::atomic_ref<std::uint32_t> w) noexcept {
+    void unlock() noexcept {
+        auto& w = word_;
         // Only the holder changes `serving`; lockers change `next`
         // concurrently, hence a CAS loop instead of a 16-bit store.
         std::uint32_t s = w.load(std::memory_order_relaxed);
@@ -106,38 +66,46 @@ struct ticket_spin {
                                         std::memory_order_release, std::memory_order_relaxed)) {
         }
     }
+
+private:
+    std::atomic<std::uint32_t> word_{0};
 };
 
-// The pthread_spin_* entry points over one of the three.
+// The pthread_spin_* entry points over S, which lives in the int.
 template <class S, bool Stats>
 struct spin_impl {
-    static std::atomic_ref<std::uint32_t> word_of(pthread_spinlock_t* l) noexcept {
-        return word<std::uint32_t>(const_cast<int*>(l), 0);
-    }
+    static_assert(sizeof(S) <= sizeof(pthread_spinlock_t) && alignof(S) <= alignof(pthread_spinlock_t),
+                  "a spinlock's lock must fit in an int");
+
+    static void* object(pthread_spinlock_t* l) noexcept { return const_cast<int*>(l); }
+    static S& lock_of(pthread_spinlock_t* l) noexcept { return *at<S>(object(l), 0); }
+
     static int init(pthread_spinlock_t* l, int /*pshared: nothing to do*/) noexcept {
-        word_of(l).store(0, std::memory_order_relaxed);  // published by whatever shares l
+        // 0 is unlocked; published by whatever shares l.
+        word<std::uint32_t>(object(l), 0).store(0, std::memory_order_relaxed);
         return 0;
     }
     static int destroy(pthread_spinlock_t*) noexcept { return 0; }
-    static int lock(pthread_spinlock_t* l) noexcept {
+    static int lock(pthread_spinlock_t* l) noexcept SPINDLE_NO_TSA {
+        S& s = lock_of(l);
         if constexpr (!Stats) {
-            S::lock(word_of(l));
-        } else if (S::try_lock(word_of(l))) {
-            stats_record(const_cast<int*>(l), object_kind::spin, false, 0);
+            s.lock();
+        } else if (s.try_lock()) {
+            stats_record(object(l), object_kind::spin, false, 0);
         } else {
             std::uint64_t t0 = now_ns();
-            S::lock(word_of(l));
-            stats_record(const_cast<int*>(l), object_kind::spin, true, now_ns() - t0);
+            s.lock();
+            stats_record(object(l), object_kind::spin, true, now_ns() - t0);
         }
         return 0;
     }
-    static int trylock(pthread_spinlock_t* l) noexcept {
-        if (!S::try_lock(word_of(l))) return EBUSY;
-        if constexpr (Stats) stats_record(const_cast<int*>(l), object_kind::spin, false, 0);
+    static int trylock(pthread_spinlock_t* l) noexcept SPINDLE_NO_TSA {
+        if (!lock_of(l).try_lock()) return EBUSY;
+        if constexpr (Stats) stats_record(object(l), object_kind::spin, false, 0);
         return 0;
     }
-    static int unlock(pthread_spinlock_t* l) noexcept {
-        S::unlock(word_of(l));
+    static int unlock(pthread_spinlock_t* l) noexcept SPINDLE_NO_TSA {
+        lock_of(l).unlock();
         return 0;
     }
 };

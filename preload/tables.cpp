@@ -37,6 +37,7 @@ struct impl {
         &old_cond_init,   &old_cond_destroy,  &old_cond_signal,   &old_cond_broadcast,
         &old_cond_wait,   &old_cond_timedwait,
 
+        Algo::before_fork,
         Algo::name,       Stats,              true,
     };
 };
@@ -116,6 +117,7 @@ const api passthrough_table = {
     &fwd<real_fn::old_cond_wait, cond_wait_fn>::call,
     &fwd<real_fn::old_cond_timedwait, cond_timed_fn>::call,
 
+    nullptr,
     passthrough_name,
     false,
     false,

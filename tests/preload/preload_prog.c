@@ -926,7 +926,7 @@ static int bad_env(void) {
 
 static void* contend(void* p) {
     pthread_mutex_t* m = p;
-    for (int i = 0; i < 20000; ++i) {
+    for (int i = 0; i < 5000; ++i) {
         CHECK_EQ(pthread_mutex_lock(m), 0);
         if ((i & 15) == 0) sched_yield();
         CHECK_EQ(pthread_mutex_unlock(m), 0);
