@@ -353,7 +353,7 @@ __attribute__((destructor(101))) void on_unload() noexcept {
 
 using spindle::preload::current;
 
-// ENTRY(name, member, return, (params), (args)): spindle_entry_<name>.
+// spindle_entry_<name>(params): calls the installed table's `member`.
 #define SPINDLE_PRELOAD_ENTRY(name, member, params, args) \
     extern "C" SPINDLE_PRELOAD_EXPORT int spindle_entry_##name params noexcept { \
         return current()->member args;                                          \

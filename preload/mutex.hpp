@@ -109,7 +109,7 @@ struct mutex_impl : mutex_common {
             return false;
         }
         std::uint64_t t0 = Stats ? now_ns() : 0;
-        if (!poll_until([&l]() noexcept SPINDLE_NO_TSA { return l.try_lock(); }, c, abs)) {
+        if (!poll_until(try_lock_of<L>{l}, c, abs)) {
             *err = ETIMEDOUT;
             return false;
         }

@@ -259,7 +259,7 @@ struct rwlock_impl : rwlock_common {
             waited = true;
             if (abs == nullptr)
                 l.lock();
-            else if (!poll_until([&l]() noexcept SPINDLE_NO_TSA { return l.try_lock(); }, c, abs))
+            else if (!poll_until(try_lock_of<L>{l}, c, abs))
                 return ETIMEDOUT;
         }
         if (!claim(rw, true, c, abs, &waited)) {

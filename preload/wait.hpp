@@ -117,4 +117,12 @@ bool poll_until(TryLock&& try_lock, clockid_t c, const struct timespec* abs) noe
     }
 }
 
+// poll_until's attempt for a lock L. (Not a lambda: the thread-safety
+// attribute has no place on one in every compiler.)
+template <class L>
+struct try_lock_of {
+    L& lock;
+    bool operator()() const noexcept SPINDLE_NO_TSA { return lock.try_lock(); }
+};
+
 }  // namespace spindle::preload
