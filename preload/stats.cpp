@@ -10,11 +10,17 @@
 // are counted together as "other". A mutex destroyed and another created at
 // the same address share a slot, as in lockstat.
 //
+// The report goes to a copy of stderr taken when statistics start: programs
+// such as xz and GNU coreutils close stderr at exit (to catch write errors)
+// before library destructors run.
+//
 // An acquisition counts as contended when the lock was not free on the first
 // try; its wait is the time from that failed try to the acquisition
 // (CLOCK_MONOTONIC). Timed-out attempts are not counted.
+#include <fcntl.h>
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -40,6 +46,7 @@ constexpr unsigned max_probes = 64;
 constexpr unsigned report_top = 10;
 
 std::atomic<slot*> g_slots{nullptr};
+std::atomic<int> g_report_fd{STDERR_FILENO};
 slot g_other;  // what did not fit
 
 std::uint64_t key_of(const void* object, object_kind kind) noexcept {
@@ -83,8 +90,18 @@ void append(char* buf, std::size_t size, std::size_t* used, const char* fmt, aut
 }
 
 void flush(char* buf, std::size_t* used) noexcept {
-    buf[*used] = '\0';
-    write_stderr(buf);
+    // relaxed: set before the release that published the side table, which
+    // the report's acquire load saw.
+    int fd = g_report_fd.load(std::memory_order_relaxed);
+    const char* p = buf;
+    std::size_t left = *used;
+    while (left > 0) {
+        ssize_t w = ::write(fd, p, left);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) break;
+        p += w;
+        left -= static_cast<std::size_t>(w);
+    }
     *used = 0;
 }
 
@@ -114,12 +131,16 @@ bool stats_start() noexcept {
     void* p = mmap(nullptr, slot_count * sizeof(slot), PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) return false;
+    int fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 100);  // see the header; -1: stderr itself
+    if (fd >= 0) g_report_fd.store(fd, std::memory_order_relaxed);  // published by the CAS below
     slot* expected = nullptr;
     // release pairs with the acquire in find(); a racing initializer's
     // mapping loses and is returned.
     if (!g_slots.compare_exchange_strong(expected, static_cast<slot*>(p),
-                                         std::memory_order_release, std::memory_order_acquire))
+                                         std::memory_order_release, std::memory_order_acquire)) {
         munmap(p, slot_count * sizeof(slot));
+        if (fd >= 0 && g_report_fd.load(std::memory_order_relaxed) != fd) ::close(fd);
+    }
     return true;
 }
 
@@ -180,7 +201,8 @@ void stats_report() noexcept {
            t1);
     flush(buf, &used);
     if (top[0] == nullptr) {
-        write_stderr("spindle: no lock was contended\n");
+        append(buf, sizeof buf, &used, "spindle: no lock was contended\n");
+        flush(buf, &used);
         return;
     }
     append(buf, sizeof buf, &used, "spindle: %14s %12s %8s %14s %12s  %-10s %s\n", "acquisitions",
