@@ -5,6 +5,7 @@
 # and, for contributors:
 #   make check   make test + ASan/UBSan and TSan test builds + a Clang 19
 #                build and its tests + the AArch64 cross build of the switch
+#                + real programs under the LD_PRELOAD library (preload-real)
 #   make deps    install (root) or name (otherwise) the Debian packages
 #
 # Options: SUITE=switch (one suite of make bench), BENCH_MODE=--full,
@@ -17,7 +18,7 @@ BENCH_MODE ?=
 # Debian's python3 has python3-matplotlib; a python3 earlier in PATH may not.
 PYTHON := $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 
-.PHONY: all deps deps-bench deps-check build test check bench debug-test asan tsan clang aarch64 tools-test clean
+.PHONY: all deps deps-bench deps-check build test check bench debug-test asan tsan clang aarch64 tools-test preload-real clean
 
 all: test
 
@@ -64,7 +65,13 @@ aarch64: deps-check
 tools-test: deps-check
 	$(PYTHON) -m unittest tools/test_bench.py
 
-check: test asan tsan clang aarch64 tools-test
+# xz, zstd, python3 and sort under libspindle_preload.so, every SPINDLE_LOCK
+# value (under a minute).
+preload-real: deps-check
+	$(call build,release)
+	scripts/preload-real-programs.sh build/release/preload/libspindle_preload.so
+
+check: test asan tsan clang aarch64 tools-test preload-real
 	@echo "make check: all builds and tests passed"
 
 bench: deps deps-bench

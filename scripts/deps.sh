@@ -7,7 +7,8 @@ what=${1:-build}
 pkgs=(cmake ninja-build g++ libgtest-dev)
 case $what in
   bench) pkgs+=(libboost-context-dev libboost-fiber-dev libleveldb-dev python3 python3-matplotlib) ;;
-  check) pkgs+=(python3 python3-matplotlib clang-19 libclang-rt-19-dev libboost-context-dev libboost-fiber-dev libleveldb-dev g++-aarch64-linux-gnu qemu-user) ;;
+  check) pkgs+=(python3 python3-matplotlib clang-19 libclang-rt-19-dev libboost-context-dev libboost-fiber-dev libleveldb-dev g++-aarch64-linux-gnu qemu-user
+                xz-utils zstd) ;;  # xz, zstd: scripts/preload-real-programs.sh
   build) pkgs+=(libboost-context-dev libboost-fiber-dev libleveldb-dev) ;;
   *) echo "deps.sh: unknown set '$what' (build, bench or check)" >&2; exit 2 ;;
 esac
