@@ -30,6 +30,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* preload_early.c: what its constructor saw, before ours ran. */
+extern pthread_mutex_t early_mutex;
+extern int early_lock_word_used, early_glibc_word_used, early_results_ok;
+
 /* The library's own functions: null when it is not loaded. */
 extern const char* spindle_preload_lock_name(void) __attribute__((weak));
 
@@ -126,6 +130,11 @@ static void check_layout_held(pthread_mutex_t* m) {
 static void test_interposed(void) {
     CHECK(spindle_preload_lock_name != NULL); /* the library is loaded */
     CHECK(strcmp(spindle_preload_lock_name(), g_lock) == 0);
+    /* Locks taken by another library's constructor, before ours ran, went
+     * through us already. */
+    CHECK_EQ(early_results_ok, 1);
+    CHECK_EQ(early_lock_word_used, g_ours);
+    CHECK_EQ(early_glibc_word_used, !g_ours);
     pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
     CHECK_EQ(pthread_mutex_lock(&m), 0);
     check_layout_held(&m);
@@ -794,6 +803,8 @@ static void* hammer(void* p) {
         CHECK_EQ(pthread_mutex_unlock(&g_busy), 0);
         CHECK_EQ(pthread_mutex_lock(&g_atfork), 0);
         CHECK_EQ(pthread_mutex_unlock(&g_atfork), 0);
+        CHECK_EQ(pthread_mutex_lock(&early_mutex), 0); /* its atfork handlers lock it too */
+        CHECK_EQ(pthread_mutex_unlock(&early_mutex), 0);
     }
     return NULL;
 }
@@ -848,6 +859,8 @@ static void test_fork(void) {
             CHECK_EQ(pthread_mutex_unlock(&g_queued), 0);
             CHECK_EQ(pthread_mutex_lock(&g_atfork), 0); /* released by the child handler */
             CHECK_EQ(pthread_mutex_unlock(&g_atfork), 0);
+            CHECK_EQ(pthread_mutex_lock(&early_mutex), 0); /* and by the early library's */
+            CHECK_EQ(pthread_mutex_unlock(&early_mutex), 0);
             if (g_ours) { /* glibc: a write lock is its holder's tid's */
                 CHECK_EQ(pthread_rwlock_unlock(&g_fork_rw), 0);
                 CHECK_EQ(pthread_rwlock_wrlock(&g_fork_rw), 0);
