@@ -192,15 +192,22 @@ enum class real_fn : unsigned {
 };
 
 // The address of glibc's function, resolved with dlsym(RTLD_NEXT) /
-// dlvsym(RTLD_NEXT) the first time it is needed. While a thread is inside
-// that lookup, a nested request from the same thread (dlsym may lock) gets
-// glibc's exported __pthread_* alias where there is one; otherwise the
-// process stops with a message.
-void* real_address(real_fn f) noexcept;
+// dlvsym(RTLD_NEXT) the first time it is needed (resolve_real, real.cpp).
+// While a thread is inside that lookup, a nested request from the same
+// thread (dlsym may lock) gets a stand-in that needs no lookup where there is
+// one; otherwise the process stops with a message.
+extern std::atomic<void*> g_real_addresses[static_cast<unsigned>(real_fn::count)];
+void* resolve_real(real_fn f) noexcept;
 
 template <real_fn F, class Fn>
 inline Fn* real() noexcept {
-    return reinterpret_cast<Fn*>(real_address(F));
+    // acquire pairs with resolve_real's release store (the address came
+    // from the dynamic linker; acquire keeps the reasoning simple and is a
+    // plain load on x86).
+    void* p = g_real_addresses[static_cast<unsigned>(F)].load(std::memory_order_acquire);
+    if (p == nullptr) [[unlikely]]
+        p = resolve_real(F);
+    return reinterpret_cast<Fn*>(p);
 }
 
 // ---------------------------------------------------------------------------

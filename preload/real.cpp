@@ -122,20 +122,15 @@ void* nested_stand_in(real_fn f) noexcept {
     }
 }
 
-constinit std::atomic<void*> addresses[static_cast<unsigned>(real_fn::count)] = {};
 
 thread_local bool t_looking_up __attribute__((tls_model("initial-exec"))) = false;
 
 }  // namespace
 
-void* real_address(real_fn f) noexcept {
+constinit std::atomic<void*> g_real_addresses[static_cast<unsigned>(real_fn::count)] = {};
+
+void* resolve_real(real_fn f) noexcept {
     auto i = static_cast<unsigned>(f);
-    // acquire: pairs with the release store below (the address came from
-    // the dynamic linker; acquire keeps the reasoning simple and costs
-    // nothing on x86).
-    void* p = addresses[i].load(std::memory_order_acquire);
-    if (p != nullptr) [[likely]]
-        return p;
     const symbol& s = symbols[i];
     if (t_looking_up) {
         if (void* stand_in = nested_stand_in(f)) return stand_in;
@@ -145,14 +140,14 @@ void* real_address(real_fn f) noexcept {
               "run without LD_PRELOAD");
     }
     t_looking_up = true;
-    p = s.version != nullptr ? dlvsym(RTLD_NEXT, s.name, s.version) : dlsym(RTLD_NEXT, s.name);
+    void* p = s.version != nullptr ? dlvsym(RTLD_NEXT, s.name, s.version) : dlsym(RTLD_NEXT, s.name);
     t_looking_up = false;
     if (p == nullptr) {
         write_stderr("spindle: glibc has no ");
         write_stderr(s.name);
         fatal("; this library cannot forward to it");
     }
-    addresses[i].store(p, std::memory_order_release);
+    g_real_addresses[i].store(p, std::memory_order_release);  // pairs with real()
     return p;
 }
 
