@@ -23,7 +23,7 @@
 //   pthread_mutex_t (40 bytes)          ours                  glibc's meaning
 //     0  int      __lock                unused (0)
 //     4  unsigned __count               recursion depth       same
-//     8  int      __owner               owner's thread id     same (a tid)
+//     8  int      __owner               owner's thread_id()   same (a kernel tid)
 //    12  unsigned __nusers              unused (0)
 //    16  int      __kind                mutex kind            same, kept: the
 //                                                             *_INITIALIZER_NP
@@ -33,8 +33,8 @@
 //
 //   A mutex made robust, priority-inheritance, priority-protect or
 //   process-shared is initialized by glibc and stays glibc's: glibc marks
-//   those kinds with bits of __kind (route_bits below), and every entry
-//   point hands such a mutex to glibc untouched.
+//   those kinds with bits of __kind (mutex_layout::route_bits in
+//   layout.hpp), and every entry point hands such a mutex to glibc untouched.
 //
 //   pthread_rwlock_t (56 bytes): see rwlock.hpp.   pthread_cond_t (48
 //   bytes): see cond.hpp.   pthread_spinlock_t (int): see spin.hpp.

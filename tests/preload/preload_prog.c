@@ -928,7 +928,11 @@ static int bad_env(void) {
     fprintf(stderr, "SPINDLE_LOCK=no-such-lock: exit %d, said: %s", r, out);
     CHECK(r != 0);
     CHECK(strstr(out, "SPINDLE_LOCK=no-such-lock") != NULL);
-    static const char* valid[] = {"hemlock", "mcs", "clh", "ticket", "tas", "ttas", "pthread"};
+    static const char* valid[] = {
+        "hemlock",    "hemlock_park",    "hemlock_naive", "hemlock_naive_park", "hemlock_overlap",
+        "hemlock_overlap_park", "mcs",   "mcs_park",      "clh",                "clh_park",
+        "ticket",     "ticket_park",     "tas",           "tas_park",           "ttas",
+        "ttas_park",  "pthread"};
     for (size_t i = 0; i < sizeof valid / sizeof valid[0]; ++i) CHECK(strstr(out, valid[i]) != NULL);
     r = spawn_self("SPINDLE_STATS=yes", "quiet", out, sizeof out);
     fprintf(stderr, "SPINDLE_STATS=yes: exit %d, said: %s", r, out);
