@@ -162,9 +162,12 @@ void stats_report() noexcept {
     // may add a few counts while we read.
     const slot* top[report_top] = {};
     std::uint64_t objects = 0, acquisitions = 0, contended = 0, wait_ns = 0;
-    auto rank = [](const slot* s) noexcept {
-        return s->wait_ns.load(std::memory_order_relaxed) * 4 +
-               s->contended.load(std::memory_order_relaxed);
+    // The most contended first: by total wait, then by contended count.
+    auto ahead = [](const slot* a, const slot* b) noexcept {
+        std::uint64_t wa = a->wait_ns.load(std::memory_order_relaxed);
+        std::uint64_t wb = b->wait_ns.load(std::memory_order_relaxed);
+        if (wa != wb) return wa > wb;
+        return a->contended.load(std::memory_order_relaxed) > b->contended.load(std::memory_order_relaxed);
     };
     auto consider = [&](const slot* s) noexcept {
         std::uint64_t a = s->acquisitions.load(std::memory_order_relaxed);
@@ -174,9 +177,9 @@ void stats_report() noexcept {
         contended += s->contended.load(std::memory_order_relaxed);
         wait_ns += s->wait_ns.load(std::memory_order_relaxed);
         if (s->contended.load(std::memory_order_relaxed) == 0) return;
-        // Insert into the top list, kept sorted by wait (then contended).
+        // Insert into the top list, kept sorted.
         unsigned pos = report_top;
-        while (pos > 0 && (top[pos - 1] == nullptr || rank(top[pos - 1]) < rank(s))) --pos;
+        while (pos > 0 && (top[pos - 1] == nullptr || ahead(s, top[pos - 1]))) --pos;
         if (pos >= report_top) return;
         for (unsigned j = report_top - 1; j > pos; --j) top[j] = top[j - 1];
         top[pos] = s;
