@@ -21,6 +21,7 @@
 #include <sys/mman.h>
 
 #include <cerrno>
+#include <cstdarg>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -82,9 +83,13 @@ slot* find(std::uint64_t key) noexcept {
     return &g_other;
 }
 
-void append(char* buf, std::size_t size, std::size_t* used, const char* fmt, auto... args) noexcept {
+__attribute__((format(printf, 4, 5))) void append(char* buf, std::size_t size, std::size_t* used,
+                                                  const char* fmt, ...) noexcept {
     if (*used >= size) return;
-    int n = std::snprintf(buf + *used, size - *used, fmt, args...);
+    va_list ap;
+    va_start(ap, fmt);
+    int n = std::vsnprintf(buf + *used, size - *used, fmt, ap);
+    va_end(ap);
     if (n > 0) *used += static_cast<std::size_t>(n);
     if (*used >= size) *used = size - 1;
 }
