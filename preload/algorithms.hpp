@@ -9,12 +9,15 @@
 //     ticket                spindle::ticket_lock              ticket_spin
 //     tas                   spindle::tas_lock                 spindle::tas_lock
 //     ttas                  spindle::ttas_lock                spindle::ttas_lock
-//     <each of those>_park  its spin-then-futex twin          the same as above,
-//                           (hemlock_park, mcs_park_lock...)  tas/ttas: their twins
+//     <each of those>_park  its spin-then-futex twin          the same as above
+//                           (hemlock_park, mcs_park_lock...)
 //     pthread               glibc's own functions, untouched
 //
 // pthread_spinlock_t is 4 bytes: only the 32-bit locks fit, so the FIFO
-// families use ticket_spin (spin.hpp), the FIFO lock that fits.
+// families use ticket_spin (spin.hpp), the FIFO lock that fits. And a
+// spinlock never sleeps, in the park families too: the park twins sleep on
+// private futexes, and a spinlock may be process-shared with nothing in its
+// one word to say so (a sleeper in another process would never be woken).
 //
 // Not offered: hemlock_aho. Its unlock still writes the lock word after the
 // successor may have taken, released and freed the lock (locks/hemlock.hpp),
@@ -55,9 +58,9 @@ SPINDLE_PRELOAD_ALGORITHM(clh_park, spindle::clh_park_lock, ticket_spin, nullptr
 SPINDLE_PRELOAD_ALGORITHM(ticket, spindle::ticket_lock, ticket_spin, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(ticket_park, spindle::ticket_park_lock, ticket_spin, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(tas, spindle::tas_lock, spindle::tas_lock, nullptr)
-SPINDLE_PRELOAD_ALGORITHM(tas_park, spindle::tas_park_lock, spindle::tas_park_lock, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(tas_park, spindle::tas_park_lock, spindle::tas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(ttas, spindle::ttas_lock, spindle::ttas_lock, nullptr)
-SPINDLE_PRELOAD_ALGORITHM(ttas_park, spindle::ttas_park_lock, spindle::ttas_park_lock, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(ttas_park, spindle::ttas_park_lock, spindle::ttas_lock, nullptr)
 
 #undef SPINDLE_PRELOAD_ALGORITHM
 

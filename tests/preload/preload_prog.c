@@ -782,6 +782,62 @@ static void test_spin(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Process-shared objects: a child process waits, the parent wakes it. */
+
+struct shared {
+    pthread_spinlock_t spin;
+    pthread_mutex_t m; /* process-shared: glibc's */
+    pthread_cond_t c;  /* process-shared: ours, on a shared futex */
+    int flag, spun;
+};
+
+static void test_process_shared(void) {
+    struct shared* sh = mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    CHECK_EQ(pthread_spin_init(&sh->spin, PTHREAD_PROCESS_SHARED), 0);
+    pthread_mutexattr_t ma;
+    CHECK_EQ(pthread_mutexattr_init(&ma), 0);
+    CHECK_EQ(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED), 0);
+    CHECK_EQ(pthread_mutex_init(&sh->m, &ma), 0);
+    CHECK_EQ(pthread_mutexattr_destroy(&ma), 0);
+    pthread_condattr_t ca;
+    CHECK_EQ(pthread_condattr_init(&ca), 0);
+    CHECK_EQ(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED), 0);
+    CHECK_EQ(pthread_cond_init(&sh->c, &ca), 0);
+    CHECK_EQ(pthread_condattr_destroy(&ca), 0);
+
+    CHECK_EQ(pthread_spin_lock(&sh->spin), 0);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        int ok = pthread_spin_lock(&sh->spin) == 0; /* waits for the parent */
+        sh->spun = 1;
+        ok &= pthread_spin_unlock(&sh->spin) == 0;
+        ok &= pthread_mutex_lock(&sh->m) == 0;
+        while (ok && !sh->flag) ok &= pthread_cond_wait(&sh->c, &sh->m) == 0;
+        ok &= pthread_mutex_unlock(&sh->m) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    sleep_ms(20); /* likely spinning by now */
+    CHECK_EQ(sh->spun, 0);
+    CHECK_EQ(pthread_spin_unlock(&sh->spin), 0);
+    sleep_ms(20); /* likely waiting on the condition variable by now */
+    CHECK_EQ(pthread_mutex_lock(&sh->m), 0);
+    sh->flag = 1;
+    CHECK_EQ(pthread_cond_signal(&sh->c), 0);
+    CHECK_EQ(pthread_mutex_unlock(&sh->m), 0);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+    CHECK_EQ(sh->spun, 1);
+    CHECK_EQ(pthread_cond_destroy(&sh->c), 0);
+    CHECK_EQ(pthread_mutex_destroy(&sh->m), 0);
+    CHECK_EQ(pthread_spin_destroy(&sh->spin), 0);
+    munmap(sh, sizeof *sh);
+}
+
+/* ------------------------------------------------------------------------ */
 /* fork() in a multi-threaded process. */
 
 static pthread_mutex_t g_busy = PTHREAD_MUTEX_INITIALIZER;    /* hammered by others */
@@ -998,6 +1054,7 @@ int main(int argc, char** argv) {
     test_cond();
     test_rwlock();
     test_spin();
+    test_process_shared();
     test_fork();
     test_stress();
     printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
