@@ -170,7 +170,7 @@ struct cond_impl {
         int r = M::unlock(m);
         if (r != 0) {  // EPERM: not the holder
             if (f.depth > 1) M::depth_of(m) = f.depth;
-            cond_waiters(c).fetch_sub(1, std::memory_order_release);
+            cond_waiters(c).fetch_sub(1, std::memory_order_release);  // as in step 5
             return r;
         }
 

@@ -206,12 +206,14 @@ int child_rwlock_unlock(pthread_rwlock_t* rw) noexcept {
 
 int child_spin_unlock(pthread_spinlock_t* l) noexcept {
     // 0 is unlocked for every spinlock algorithm (spin.hpp).
+    // release pairs with the next locker's acquire, as any unlock's.
     word<std::uint32_t>(const_cast<int*>(l), 0).store(0, std::memory_order_release);
     return 0;
 }
 
 int child_cond_destroy(pthread_cond_t* c) noexcept {
     // Registered waiters can only be threads that did not survive the fork.
+    // relaxed: this is the only thread.
     cond_waiters(c).store(0, std::memory_order_relaxed);
     return 0;
 }
@@ -241,6 +243,9 @@ void atfork_child() noexcept {
 
 // Before a thread is created: leave child mode. The only thread does this,
 // before the new one exists (thread creation orders it for the new thread).
+// relaxed: g_parent_table is written only while the process has one thread
+// (the child handler, and here); a process that never forked never writes
+// it, and every thread reads null.
 void leave_child_mode() noexcept {
     const api* parent = g_parent_table.load(std::memory_order_relaxed);
     if (parent == nullptr) [[likely]]
@@ -268,6 +273,7 @@ pthread_cond_t* old_cond_inner(pthread_cond_t* c) noexcept {
     // initialized before its address is seen.
     pthread_cond_t* p = old_cond_slot(c).load(std::memory_order_acquire);
     if (p != nullptr) return p;
+    // All-zero: PTHREAD_COND_INITIALIZER, as the old object itself was.
     auto* fresh = static_cast<pthread_cond_t*>(std::calloc(1, sizeof(pthread_cond_t)));
     if (fresh == nullptr) return nullptr;
     if (!old_cond_slot(c).compare_exchange_strong(p, fresh, std::memory_order_acq_rel,
@@ -308,6 +314,7 @@ int old_cond_destroy(pthread_cond_t* c) noexcept {
     pthread_cond_t* p = old_cond_slot(c).load(std::memory_order_acquire);  // as in old_cond_inner
     if (p == nullptr) return 0;
     int r = current()->cond_destroy(p);
+    // relaxed: nobody may use a condition variable being destroyed.
     old_cond_slot(c).store(nullptr, std::memory_order_relaxed);
     std::free(p);
     return r;

@@ -49,6 +49,7 @@ struct ticket_spin {
     }
     [[nodiscard]] bool try_lock() noexcept {
         auto& w = word_;
+        // relaxed: only decides whether to try; the CAS is the acquire.
         std::uint32_t s = w.load(std::memory_order_relaxed);
         if ((s >> 16) != (s & serving_mask)) return false;  // held
         // acquire pairs with unlock()'s release. (n, n) -> (n+1, n)
@@ -59,6 +60,7 @@ struct ticket_spin {
         auto& w = word_;
         // Only the holder changes `serving`; lockers change `next`
         // concurrently, hence a CAS loop instead of a 16-bit store.
+        // relaxed: the CAS re-reads what it replaces.
         std::uint32_t s = w.load(std::memory_order_relaxed);
         // release pairs with the acquire of the next ticket's owner.
         // (n, s) -> (n, s+1 mod 2^16)
