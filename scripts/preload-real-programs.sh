@@ -7,7 +7,8 @@
 #           clock and timed waits); output compared byte for byte
 #   zstd    -T4 round trip (its thread pool: mutexes, condition variables)
 #   python3 threads on Lock, RLock, Condition, Queue, Semaphore, Barrier and a
-#           ThreadPoolExecutor (the GIL is a mutex and a condition variable)
+#           ThreadPoolExecutor (the GIL is a mutex and a condition variable),
+#           then os.fork() while threads run, and threads in the children
 #   sort    --parallel=4 with a small buffer (merge threads: mutexes,
 #           condition variables); output compared with sort run without us
 #
@@ -91,6 +92,24 @@ assert count[0] == N * 20000, count
 assert got == [sum(range(5000))], got
 assert peak[0] <= 2, peak
 assert digests == [hashlib.sha256(bytes([i]) * 200000).hexdigest() for i in range(64)]
+import os
+stop = [False]
+def busy():
+    while not stop[0]:
+        with cond: cond.notify_all()
+bs = [threading.Thread(target=busy) for _ in range(3)]
+for b in bs: b.start()
+for _ in range(5):
+    pid = os.fork()
+    if pid == 0:  # only this thread survives; no lock the others hold is touched
+        r = queue.Queue()
+        w = threading.Thread(target=lambda: r.put(sum(range(1000))))
+        w.start(); w.join()
+        os._exit(0 if r.get() == 499500 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+stop[0] = True
+for b in bs: b.join()
 print("ok")
 EOF
 
