@@ -1,0 +1,506 @@
+// The thread locks of locks/, every one of them (spin and park variants):
+// the layout contract preload/ relies on (all-zero is unlocked, <= 16
+// bytes, <= 8-aligned, trivially destructible, noexcept), mutual exclusion
+// with more threads than CPUs, try_lock mixed in, several locks held at once
+// and released in any order, FIFO admission where promised, the std guards,
+// misuse deaths in debug builds, locks taken during thread exit, and the
+// MCS/CLH node pool losing no node to exiting threads.
+//
+// Nothing here measures time: a slow or loaded machine makes the tests
+// slower, never failing. "Queued" is observed on the lock's arrival word
+// (detail::lock_probe below), never guessed from a sleep.
+#include <gtest/gtest.h>
+
+// These tests take and release locks across lambdas and on purpose wrongly
+// (death tests): Clang's static lock analysis cannot follow that, so it is
+// off for this file (it checks the library itself).
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wthread-safety-analysis"
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <random>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <vector>
+
+#include <pthread.h>
+
+#include <spindle/locks/locks.hpp>
+
+// Reads a FIFO lock's arrival word: it changes exactly when a thread enqueues
+// (a ticket taken, a node or Grant swapped into the tail) -- and, once the
+// lock is free again, on the releases, which the FIFO test never lets happen
+// while it watches.
+struct spindle::detail::lock_probe {
+    template <class W>
+    static std::uintptr_t arrivals(const basic_ticket_lock<W>& l) {
+        return l.next_.load(std::memory_order_relaxed);
+    }
+    template <class W>
+    static std::uintptr_t arrivals(const basic_mcs_lock<W>& l) {
+        return reinterpret_cast<std::uintptr_t>(l.tail_.load(std::memory_order_relaxed));
+    }
+    template <class W>
+    static std::uintptr_t arrivals(const basic_clh_lock<W>& l) {
+        return reinterpret_cast<std::uintptr_t>(l.tail_.load(std::memory_order_relaxed));
+    }
+    template <hemlock_variant V, class W, class E>
+    static std::uintptr_t arrivals(const basic_hemlock<V, W, E>& l) {
+        return reinterpret_cast<std::uintptr_t>(l.tail_.load(std::memory_order_relaxed));
+    }
+};
+
+namespace {
+
+using spindle::detail::lock_probe;
+
+// ---- the contract, at compile time -------------------------------------------------
+
+template <class L>
+constexpr bool meets_layout_contract() {
+    static_assert(sizeof(L) <= 16, "the pthread_mutex_t contract: at most 16 bytes");
+    static_assert(alignof(L) <= 8, "the pthread_mutex_t contract: at most 8-aligned");
+    static_assert(sizeof(L) <= sizeof(pthread_mutex_t) && alignof(L) <= alignof(pthread_mutex_t));
+    static_assert(std::is_trivially_destructible_v<L>);
+    static_assert(std::is_nothrow_default_constructible_v<L>);
+    static_assert(noexcept(std::declval<L&>().lock()) && noexcept(std::declval<L&>().unlock()) &&
+                  noexcept(std::declval<L&>().try_lock()));
+    static_assert(!std::is_copy_constructible_v<L> && !std::is_copy_assignable_v<L>);
+    return true;
+}
+
+template <class... Ls>
+constexpr bool all_meet_layout_contract() {
+    return (meets_layout_contract<Ls>() && ...);
+}
+
+#define SPINDLE_ALL_LOCKS                                                                                 \
+    spindle::tas_lock, spindle::tas_park_lock, spindle::ttas_lock, spindle::ttas_park_lock,             \
+        spindle::ticket_lock, spindle::ticket_park_lock, spindle::mcs_lock, spindle::mcs_park_lock,     \
+        spindle::clh_lock, spindle::clh_park_lock, spindle::hemlock, spindle::hemlock_park,             \
+        spindle::hemlock_naive, spindle::hemlock_naive_park, spindle::hemlock_overlap,                  \
+        spindle::hemlock_overlap_park, spindle::hemlock_aho, spindle::hemlock_aho_park
+
+static_assert(all_meet_layout_contract<SPINDLE_ALL_LOCKS>());
+
+// A zero-initialized global of every type: the constructors are constexpr.
+template <class L>
+constinit L g_static_lock;
+
+// ---- test parameters ----------------------------------------------------------------
+
+// More threads than this machine's 2 CPUs, on purpose. Sanitizers make every
+// operation slower and TSan tracks each thread, so they get fewer.
+#if SPINDLE_TSAN
+constexpr int kThreads = 4;
+constexpr int kIters = 150;
+#elif SPINDLE_ASAN || !defined(__OPTIMIZE__)
+constexpr int kThreads = 8;
+constexpr int kIters = 200;
+#else
+constexpr int kThreads = 8;
+constexpr int kIters = 1000;
+#endif
+
+// Starts n threads running f(index) together, and joins them.
+template <class F>
+void run_threads(int n, F f) {
+    std::atomic<int> ready{0};
+    std::vector<std::thread> ts;
+    ts.reserve(static_cast<std::size_t>(n));
+    for (int t = 0; t < n; ++t)
+        ts.emplace_back([&, t] {
+            ready.fetch_add(1);
+            while (ready.load() < n) std::this_thread::yield();
+            f(t);
+        });
+    for (auto& t : ts) t.join();
+}
+
+template <class L>
+class LockTest : public ::testing::Test {};
+
+struct lock_names {
+    template <class L>
+    static std::string GetName(int) {
+        std::string n = L::name;
+        return n.substr(n.find("::") + 2);
+    }
+};
+
+using all_locks = ::testing::Types<SPINDLE_ALL_LOCKS>;
+TYPED_TEST_SUITE(LockTest, all_locks, lock_names);
+
+// ---- basic behaviour ----------------------------------------------------------------
+
+TYPED_TEST(LockTest, TryLockReflectsState) {
+    TypeParam l;
+    ASSERT_TRUE(l.try_lock());
+    EXPECT_FALSE(l.try_lock());
+    bool other = true;
+    std::thread([&] { other = l.try_lock(); }).join();
+    EXPECT_FALSE(other);
+    l.unlock();
+    std::thread([&] {
+        other = l.try_lock();
+        if (other) l.unlock();
+    }).join();
+    EXPECT_TRUE(other);
+    l.lock();
+    l.unlock();
+}
+
+// The preload/ contract: a zeroed pthread_mutex_t, never constructed, is an
+// unlocked lock -- for this thread and for others.
+TYPED_TEST(LockTest, ZeroedMutexStorageIsUnlocked) {
+    pthread_mutex_t storage = PTHREAD_MUTEX_INITIALIZER;
+    static const unsigned char zeros[sizeof(pthread_mutex_t)] = {};
+    ASSERT_EQ(std::memcmp(&storage, zeros, sizeof storage), 0) << "PTHREAD_MUTEX_INITIALIZER is all-zero on glibc";
+    auto& l = *std::launder(reinterpret_cast<TypeParam*>(&storage));
+    ASSERT_TRUE(l.try_lock());
+    EXPECT_FALSE(l.try_lock());
+    l.unlock();
+
+    alignas(8) unsigned char raw[16];
+    std::memset(raw, 0, sizeof raw);
+    auto& z = *std::launder(reinterpret_cast<TypeParam*>(raw));
+    long counter = 0;
+    run_threads(2, [&](int) {
+        for (int i = 0; i < kIters; ++i) {
+            z.lock();
+            ++counter;
+            z.unlock();
+        }
+    });
+    EXPECT_EQ(counter, 2L * kIters);
+    ASSERT_TRUE(z.try_lock());
+    z.unlock();
+}
+
+TYPED_TEST(LockTest, ConstinitGlobalWorks) {
+    auto& l = g_static_lock<TypeParam>;
+    l.lock();
+    EXPECT_FALSE(l.try_lock());
+    l.unlock();
+    ASSERT_TRUE(l.try_lock());
+    l.unlock();
+}
+
+TYPED_TEST(LockTest, StdGuards) {
+    TypeParam a, b;
+    {
+        std::lock_guard g(a);
+        EXPECT_FALSE(a.try_lock());
+    }
+    {
+        std::scoped_lock g(a, b);  // std::lock's try-and-back-off over two of them
+        EXPECT_FALSE(a.try_lock());
+        EXPECT_FALSE(b.try_lock());
+    }
+    {
+        std::unique_lock u(a, std::try_to_lock);
+        EXPECT_TRUE(u.owns_lock());
+        std::unique_lock v(a, std::try_to_lock);
+        EXPECT_FALSE(v.owns_lock());
+        u.unlock();
+        u.lock();
+    }
+    std::scoped_lock g(a, g_static_lock<spindle::hemlock>);  // two different lock types
+}
+
+// ---- stress ----------------------------------------------------------------------------
+
+// A plain counter under the lock must come out exact, and nobody may find
+// another thread inside. The holder yields now and then so that waiters pile
+// up behind it (threads outnumber CPUs).
+TYPED_TEST(LockTest, MutualExclusion) {
+    TypeParam l;
+    long counter = 0;
+    int inside = 0;
+    std::atomic<int> overlaps{0};
+    run_threads(kThreads, [&](int) {
+        for (int i = 0; i < kIters; ++i) {
+            std::lock_guard g(l);
+            if (++inside != 1) overlaps.fetch_add(1);
+            ++counter;
+            if (i % 64 == 0) std::this_thread::yield();
+            --inside;
+        }
+    });
+    EXPECT_EQ(overlaps.load(), 0);
+    EXPECT_EQ(counter, long{kThreads} * kIters);
+}
+
+TYPED_TEST(LockTest, TryLockMixedWithLock) {
+    TypeParam l;
+    long counter = 0;
+    std::atomic<long> entries{0};
+    run_threads(kThreads, [&](int t) {
+        for (int i = 0; i < kIters; ++i) {
+            if ((i + t) % 3 == 0) {
+                if (!l.try_lock()) continue;
+            } else {
+                l.lock();
+            }
+            ++counter;
+            l.unlock();
+            entries.fetch_add(1, std::memory_order_relaxed);
+        }
+    });
+    EXPECT_EQ(counter, entries.load());
+    EXPECT_GE(counter, long{kThreads} * (kIters * 2 / 3));
+}
+
+// Each thread takes a random subset of the locks (in index order: no
+// deadlock), and releases them in a random order. Every lock's counter must
+// come out exact. Hemlock: a thread holding several contended locks has a
+// successor for each polling its one Grant (multi-waiting). MCS/CLH: a node
+// per held lock, returned out of order.
+TYPED_TEST(LockTest, SeveralLocksReleasedInAnyOrder) {
+    constexpr int kLocks = 5;
+    TypeParam locks[kLocks];
+    long counters[kLocks] = {};
+    std::atomic<long> taken[kLocks] = {};
+    run_threads(kThreads, [&](int t) {
+        std::mt19937 rng(static_cast<unsigned>(t) * 7919u + 1);
+        std::vector<int> held;
+        for (int i = 0; i < kIters; ++i) {
+            held.clear();
+            for (int k = 0; k < kLocks; ++k)
+                if (rng() % 2 == 0 || (i % 16 == 0 && t == 0)) held.push_back(k);  // thread 0: now and then all of them
+            for (int k : held) {
+                if (i % 5 == 0) {
+                    while (!locks[k].try_lock()) std::this_thread::yield();
+                } else {
+                    locks[k].lock();
+                }
+            }
+            for (int k : held) {
+                ++counters[k];
+                taken[k].fetch_add(1, std::memory_order_relaxed);
+            }
+            if (i % 32 == 0) std::this_thread::yield();  // others queue behind the held locks
+            std::shuffle(held.begin(), held.end(), rng);
+            for (int k : held) locks[k].unlock();
+        }
+    });
+    for (int k = 0; k < kLocks; ++k) EXPECT_EQ(counters[k], taken[k].load()) << "lock " << k;
+}
+
+// One thread holds many locks at once; each has a waiter queued behind it.
+// Released in an order that is neither lock order nor its reverse.
+TYPED_TEST(LockTest, OneThreadHoldsManyContendedLocks) {
+    constexpr int kLocks = 6;
+    TypeParam locks[kLocks];
+    int done[kLocks] = {};
+    for (auto& l : locks) l.lock();
+    std::vector<std::thread> waiters;
+    for (int k = 0; k < kLocks; ++k) {
+        [[maybe_unused]] std::uintptr_t before = 0;
+        if constexpr (TypeParam::is_fifo) before = lock_probe::arrivals(locks[k]);
+        waiters.emplace_back([&, k] {
+            locks[k].lock();
+            ++done[k];
+            locks[k].unlock();
+        });
+        // FIFO locks: wait until it is queued, so that all six wait at once.
+        if constexpr (TypeParam::is_fifo)
+            while (lock_probe::arrivals(locks[k]) == before) std::this_thread::yield();
+    }
+    std::this_thread::yield();
+    for (int k : {3, 0, 5, 1, 4, 2}) locks[k].unlock();
+    for (auto& w : waiters) w.join();
+    for (int k = 0; k < kLocks; ++k) EXPECT_EQ(done[k], 1);
+    for (auto& l : locks) {
+        ASSERT_TRUE(l.try_lock());
+        l.unlock();
+    }
+}
+
+// ---- FIFO --------------------------------------------------------------------------------
+
+// The lock is held; threads arrive one at a time, each started only once
+// the previous one is visibly queued (the arrival word moved); then the lock
+// is released. They must get in in arrival order.
+TYPED_TEST(LockTest, FifoAdmission) {
+    if constexpr (!TypeParam::is_fifo) {
+        GTEST_SKIP() << TypeParam::name << " does not promise FIFO";
+    } else {
+        constexpr int kWaiters = 6;
+        for (int round = 0; round < 3; ++round) {
+            TypeParam l;
+            std::vector<int> order;
+            l.lock();
+            std::vector<std::thread> ts;
+            for (int k = 0; k < kWaiters; ++k) {
+                const std::uintptr_t before = lock_probe::arrivals(l);
+                ts.emplace_back([&, k] {
+                    l.lock();
+                    order.push_back(k);
+                    l.unlock();
+                });
+                while (lock_probe::arrivals(l) == before) std::this_thread::yield();
+            }
+            l.unlock();
+            for (auto& t : ts) t.join();
+            std::vector<int> expected(kWaiters);
+            for (int k = 0; k < kWaiters; ++k) expected[static_cast<std::size_t>(k)] = k;
+            EXPECT_EQ(order, expected) << "round " << round;
+        }
+    }
+}
+
+// ---- misuse (debug builds) --------------------------------------------------------------
+
+TYPED_TEST(LockTest, UnlockOfUnlockedLockAborts) {
+#if SPINDLE_DEBUG_CHECKS
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    const std::string pattern =
+        std::string(TypeParam::name) + " at 0x[0-9a-f]+: unlock\\(\\) of a lock that is not locked";
+    EXPECT_DEATH(
+        {
+            TypeParam l;
+            l.unlock();
+        },
+        pattern);
+    EXPECT_DEATH(
+        {
+            TypeParam l;
+            l.lock();
+            l.unlock();
+            l.unlock();
+        },
+        pattern);
+#else
+    GTEST_SKIP() << "misuse checks are off in this build";
+#endif
+}
+
+template <class L>
+class HemlockTest : public ::testing::Test {};
+using hemlocks = ::testing::Types<spindle::hemlock, spindle::hemlock_park, spindle::hemlock_naive,
+                                  spindle::hemlock_naive_park, spindle::hemlock_overlap,
+                                  spindle::hemlock_overlap_park, spindle::hemlock_aho, spindle::hemlock_aho_park>;
+TYPED_TEST_SUITE(HemlockTest, hemlocks, lock_names);
+
+TYPED_TEST(HemlockTest, RelockByHolderAborts) {
+#if SPINDLE_DEBUG_CHECKS
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            TypeParam l;
+            l.lock();
+            l.lock();
+        },
+        std::string(TypeParam::name) + " at 0x[0-9a-f]+: lock\\(\\) of a lock the calling thread holds");
+#else
+    GTEST_SKIP() << "misuse checks are off in this build";
+#endif
+}
+
+// Overlap leaves its Grant full when unlock() returns; a thread that exits
+// right after a contended unlock must wait for its successor's
+// acknowledgement (the thread-exit hook) before its Grant goes away.
+TYPED_TEST(HemlockTest, ThreadExitsRightAfterContendedUnlock) {
+    for (int round = 0; round < 20; ++round) {
+        TypeParam l;
+        std::atomic<bool> holding{false};
+        int value = 0;
+        std::thread holder([&] {
+            l.lock();
+            const std::uintptr_t mine = lock_probe::arrivals(l);
+            holding.store(true);
+            while (lock_probe::arrivals(l) == mine) std::this_thread::yield();  // the waiter has queued
+            value = 1;
+            l.unlock();  // contended: overlap returns before the acknowledgement...
+        });  // ... and the thread exits at once
+        while (!holding.load()) std::this_thread::yield();
+        std::thread waiter([&] {
+            l.lock();
+            EXPECT_EQ(value, 1);
+            l.unlock();
+        });
+        holder.join();
+        waiter.join();
+    }
+}
+
+// ---- thread exit ----------------------------------------------------------------------------
+
+spindle::mcs_lock g_exit_mcs;
+spindle::clh_park_lock g_exit_clh;
+spindle::hemlock_overlap g_exit_overlap;
+spindle::hemlock g_exit_hemlock;
+
+void lock_everything_once() {
+    g_exit_mcs.lock();
+    g_exit_clh.lock();
+    g_exit_overlap.lock();
+    g_exit_hemlock.lock();
+    g_exit_overlap.unlock();
+    g_exit_mcs.unlock();
+    g_exit_hemlock.unlock();
+    g_exit_clh.unlock();
+}
+
+struct locks_in_destructor {
+    ~locks_in_destructor() { lock_everything_once(); }
+};
+
+// Other libraries' TLS destructors and pthread key destructors may lock,
+// before and after the locks' own exit hook has run; then the MCS/CLH node
+// pool must still account for every node: all nodes are in the pool or in
+// the (main) thread's cache once the other threads have exited.
+TEST(LockThreadExit, LocksTakenDuringThreadExitLeaveNoNodeBehind) {
+    lock_everything_once();  // the locks' own pthread key exists from here on
+    pthread_key_t later_key;  // created after it: its destructor runs after the locks' hook
+    ASSERT_EQ(pthread_key_create(&later_key, [](void*) { lock_everything_once(); }), 0);
+    run_threads(kThreads, [&](int t) {
+        static thread_local locks_in_destructor tls_user;
+        (void)&tls_user;
+        pthread_setspecific(later_key, &later_key);
+        for (int i = 0; i < kIters / 4; ++i) {
+            if ((i + t) % 4 == 0) std::this_thread::yield();
+            lock_everything_once();
+        }
+    });
+    pthread_key_delete(later_key);
+    const auto s = spindle::detail::queue_node_pool_stats();
+    EXPECT_EQ(s.carved - s.pooled, spindle::detail::tl_node_cache.count)
+        << "carved " << s.carved << ", pooled " << s.pooled;
+}
+
+// Threads come and go, each holding several MCS/CLH locks and inheriting CLH
+// nodes from the others; nodes must come back to the pool when they exit, so
+// that the next threads reuse them instead of carving new ones.
+TEST(LockThreadExit, ShortLivedThreadsReturnTheirNodes) {
+    spindle::clh_lock clh[3];
+    spindle::mcs_park_lock mcs[3];
+    auto work = [&](int t) {
+        for (int i = 0; i < 50; ++i) {
+            for (auto& l : clh) l.lock();
+            for (auto& l : mcs) l.lock();
+            if ((i + t) % 8 == 0) std::this_thread::yield();
+            for (int k : {1, 0, 2}) mcs[k].unlock();
+            for (int k : {2, 0, 1}) clh[k].unlock();
+        }
+    };
+    run_threads(4, work);  // warm the pool
+    const std::size_t carved_before = spindle::detail::queue_node_pool_stats().carved;
+    for (int round = 0; round < 40; ++round) run_threads(4, work);
+    const auto s = spindle::detail::queue_node_pool_stats();
+    EXPECT_EQ(s.carved - s.pooled, spindle::detail::tl_node_cache.count);
+    // 160 threads have come and gone; leaking only their caches would have
+    // needed thousands of nodes. One more chunk may be carved when several
+    // threads find the pool empty at once.
+    EXPECT_LE(s.carved - carved_before, 2 * 256u) << "carved " << s.carved << " (before: " << carved_before << ")";
+}
+
+}  // namespace
