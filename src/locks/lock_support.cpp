@@ -27,7 +27,7 @@ constinit std::atomic<int> g_key_state{key_none};
 pthread_key_t g_key;  // written once before key_ready is published
 
 void on_thread_exit(void*) noexcept {
-    lock_thread_state& t = tl_lock_thread;
+    lock_thread_state& t = tls(tl_lock_thread);
     t.exiting = true;  // from here on nothing registers: later locks clean up after themselves
     t.registered = false;
     while (t.hook_count > 0) t.hooks[--t.hook_count]();
@@ -50,7 +50,7 @@ bool have_key() noexcept {
 }  // namespace
 
 bool run_at_thread_exit(thread_exit_fn fn) noexcept {
-    lock_thread_state& t = tl_lock_thread;
+    lock_thread_state& t = tls(tl_lock_thread);
     if (t.exiting) return false;
     for (unsigned i = 0; i < t.hook_count; ++i)
         if (t.hooks[i] == fn) return true;

@@ -97,7 +97,7 @@ queue_node* carve_chunk() noexcept {
 
 // The thread-exit hook: the whole cache back to the pool.
 void flush_node_cache() noexcept {
-    node_cache& c = tl_node_cache;
+    node_cache& c = tls(tl_node_cache);
     if (c.head != nullptr) {
         queue_node* last = c.head;
         while (last->free_next != nullptr) last = last->free_next;
@@ -111,7 +111,7 @@ void flush_node_cache() noexcept {
 // Makes sure the cache is returned when the thread exits; false if it will
 // not be (the thread is exiting): then cache nothing.
 bool cache_allowed() noexcept {
-    node_cache& c = tl_node_cache;
+    node_cache& c = tls(tl_node_cache);
     if (c.limit != 0) return true;
     if (!run_at_thread_exit(&flush_node_cache)) return false;
     c.limit = node_cache_limit;
@@ -121,7 +121,7 @@ bool cache_allowed() noexcept {
 }  // namespace
 
 queue_node* node_cache_refill() noexcept {
-    node_cache& c = tl_node_cache;  // empty: take_node found no head
+    node_cache& c = tls(tl_node_cache);  // empty: take_node found no head
     const bool cache = cache_allowed();
     queue_node* n = pool_pop();
     if (n == nullptr) {
@@ -159,7 +159,7 @@ queue_node* node_cache_refill() noexcept {
 }
 
 void node_cache_spill() noexcept {
-    node_cache& c = tl_node_cache;  // count > limit
+    node_cache& c = tls(tl_node_cache);  // count > limit
     std::uint32_t keep = 0;
     if (cache_allowed()) {
         if (c.count <= c.limit) return;  // the first push of a thread: the limit was 0

@@ -189,7 +189,7 @@ struct hemlock_thread_env {
     static inline constinit thread_local grant tl_grant SPINDLE_INITIAL_EXEC_TLS{};
     static inline constinit thread_local bool tl_drain_registered SPINDLE_INITIAL_EXEC_TLS = false;
 
-    static grant& self() noexcept { return tl_grant; }
+    static grant& self() noexcept { return tls(tl_grant); }
     // One step of a wait; counts it in `steps` (spin_wait yields now and then).
     static void relax(unsigned& steps) noexcept {
         if constexpr (Wait::parks) {
@@ -206,10 +206,11 @@ struct hemlock_thread_env {
     // Overlap: make `drain` run when this thread exits; false if it will
     // not (the thread is exiting): then the caller drains at once.
     static bool drain_at_exit(thread_exit_fn drain) noexcept {
-        if (tl_drain_registered) [[likely]]
+        bool& registered = tls(tl_drain_registered);
+        if (registered) [[likely]]
             return !lock_thread().exiting;
-        tl_drain_registered = run_at_thread_exit(drain);
-        return tl_drain_registered;
+        registered = run_at_thread_exit(drain);
+        return registered;
     }
 };
 

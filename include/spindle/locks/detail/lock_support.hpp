@@ -43,6 +43,24 @@ struct lock_probe;
 // "spindle: <type> at <address>: <what>", then abort.
 [[noreturn]] SPINDLE_COLD void lock_misuse(const char* type, const void* lock, const char* what) noexcept;
 
+// A thread_local of locks/, reached through an opaque copy of its address in
+// ASan/UBSan builds. GCC 12 with -fsanitize=null can miscompile the null
+// check of a TLS variable's address: the check's branch reuses the flags of
+// the ASan shadow compare before it, and "finds" null (seen in
+// basic_hemlock::try_lock inlined into std::scoped_lock). The empty asm makes
+// the address an unknown value, which gets a real test. Other builds: the
+// variable itself.
+template <class T>
+SPINDLE_ALWAYS_INLINE T& tls(T& v) noexcept {
+#if SPINDLE_ASAN
+    T* p = &v;
+    __asm__("" : "+r"(p));
+    return *p;
+#else
+    return v;
+#endif
+}
+
 // ---- TSan ---------------------------------------------------------------------
 
 // The real annotations (nothing unless built with -fsanitize=thread).
@@ -92,7 +110,7 @@ struct lock_thread_state {
 // time, including from other libraries' TLS destructors.
 inline constinit thread_local lock_thread_state tl_lock_thread SPINDLE_INITIAL_EXEC_TLS{};
 
-inline lock_thread_state& lock_thread() noexcept { return tl_lock_thread; }
+inline lock_thread_state& lock_thread() noexcept { return tls(tl_lock_thread); }
 
 // Run `fn` in this thread when it exits (once, however often registered).
 // False when it will not: the thread is exiting already, or no pthread key

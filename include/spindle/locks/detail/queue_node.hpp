@@ -60,6 +60,7 @@
 #include <cstdint>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/locks/detail/lock_support.hpp>  // tls()
 
 namespace spindle::detail {
 
@@ -99,7 +100,7 @@ SPINDLE_COLD void node_cache_spill() noexcept;          // count > limit
 // A node for this thread's next enqueue. Its fields are whatever its last
 // use left: the caller sets them.
 SPINDLE_ALWAYS_INLINE queue_node* take_node() noexcept {
-    node_cache& c = tl_node_cache;
+    node_cache& c = tls(tl_node_cache);
     queue_node* n = c.head;
     if (n != nullptr) [[likely]] {
         c.head = n->free_next;
@@ -111,7 +112,7 @@ SPINDLE_ALWAYS_INLINE queue_node* take_node() noexcept {
 
 // Give a node nobody else will read again (as a node) to this thread.
 SPINDLE_ALWAYS_INLINE void give_node(queue_node* n) noexcept {
-    node_cache& c = tl_node_cache;
+    node_cache& c = tls(tl_node_cache);
     n->free_next = c.head;
     c.head = n;
     if (++c.count > c.limit) [[unlikely]]
