@@ -34,28 +34,7 @@
 
 #include <spindle/locks/locks.hpp>
 
-// Reads a FIFO lock's arrival word: it changes exactly when a thread enqueues
-// (a ticket taken, a node or Grant swapped into the tail) -- and, once the
-// lock is free again, on the releases, which the FIFO test never lets happen
-// while it watches.
-struct spindle::detail::lock_probe {
-    template <class W>
-    static std::uintptr_t arrivals(const basic_ticket_lock<W>& l) {
-        return l.next_.load(std::memory_order_relaxed);
-    }
-    template <class W>
-    static std::uintptr_t arrivals(const basic_mcs_lock<W>& l) {
-        return reinterpret_cast<std::uintptr_t>(l.tail_.load(std::memory_order_relaxed));
-    }
-    template <class W>
-    static std::uintptr_t arrivals(const basic_clh_lock<W>& l) {
-        return reinterpret_cast<std::uintptr_t>(l.tail_.load(std::memory_order_relaxed));
-    }
-    template <hemlock_variant V, class W, class E>
-    static std::uintptr_t arrivals(const basic_hemlock<V, W, E>& l) {
-        return reinterpret_cast<std::uintptr_t>(l.tail_.load(std::memory_order_relaxed));
-    }
-};
+#include "../support/lock_probe.hpp"
 
 namespace {
 

@@ -1,0 +1,32 @@
+// spindle::detail::lock_probe for the tests: a FIFO lock's arrival word.
+// It changes exactly when a thread enqueues (a ticket taken, a node or Grant
+// swapped into the tail) -- and on the releases that leave the lock free,
+// which a test watching for arrivals holds the lock against. One definition
+// for every test that includes it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <type_traits>
+
+#include <spindle/locks/detail/lock_support.hpp>
+
+struct spindle::detail::lock_probe {
+    // The word itself: ticket's `next`, the others' `tail`.
+    template <class L>
+    static const auto& arrival_word(const L& l) {
+        if constexpr (requires { l.next_; })
+            return l.next_;
+        else
+            return l.tail_;
+    }
+    // Its value now (a relaxed load: an observation, not synchronization).
+    template <class L>
+    static std::uintptr_t arrivals(const L& l) {
+        const auto v = arrival_word(l).load(std::memory_order_relaxed);
+        if constexpr (std::is_pointer_v<decltype(v)>)
+            return reinterpret_cast<std::uintptr_t>(v);
+        else
+            return v;
+    }
+};
