@@ -1,6 +1,7 @@
 // An exhaustive model of one CQS cell's life cycle (the paper's Figures 2 and
 // 4), run over the real transitions of include/spindle/sync/detail/cqs_cell.hpp
-// with atomics that hand control to a deterministic scheduler at every access.
+// with atomics that hand control to a deterministic scheduler at every access
+// (model_scheduler.hpp).
 //
 // Each run starts up to three model threads on one cell:
 //   S  suspend: take the cell (or the value left there, or find it BROKEN);
@@ -14,10 +15,11 @@
 // and explores the interleavings of their atomic accesses by depth-first
 // search over the scheduler's choices (replaying the prefix each run),
 // bounded by the number of preemptions: at most 5 in optimized builds (about
-// 150,000 runs, 15-50 s), 2 under the sanitizers and in debug builds, whose
-// runtimes make the search slow (context bounding: protocol bugs rarely need
-// more than 2). SPINDLE_MODEL_PREEMPTIONS=-1 explores every interleaving
-// (about 2.9 million runs, 5-20 minutes; it passes). Only
+// 156,000 runs, under a second since the model threads are contexts on one
+// OS thread), 2 under the sanitizers and in debug builds, whose runtimes make
+// the search slow (context bounding: protocol bugs rarely need more than 2).
+// SPINDLE_MODEL_PREEMPTIONS=-1 explores every interleaving (about 2.3
+// million runs, 12 s in a release build; it passes). Only
 // one model thread runs at a time, so the model is sequentially consistent:
 // it checks the protocol (the paper's own assumption), not memory orders
 // (the sanitizer builds of cqs_test do that).
@@ -34,218 +36,24 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <map>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include <spindle/arch/config.hpp>  // SPINDLE_ASAN, SPINDLE_TSAN
 #include <spindle/sync/detail/cqs_cell.hpp>
 
+#include "model_scheduler.hpp"
+
 namespace {
 
 namespace sd = spindle::detail;
 
-// ---- deterministic scheduler --------------------------------------------------
-
-// Depth-first enumeration of choice sequences.
-class explorer {
-public:
-    int choose(int options) {
-        if (depth_ < path_.size()) {
-            if (path_[depth_].second != options) diverged_ = true;  // the replay must be deterministic
-            return path_[depth_++].first;
-        }
-        path_.push_back({0, options});
-        ++depth_;
-        return 0;
-    }
-    bool next() {  // the next unexplored sequence; false when done
-        while (!path_.empty() && path_.back().first + 1 >= path_.back().second) path_.pop_back();
-        if (path_.empty()) return false;
-        ++path_.back().first;
-        depth_ = 0;
-        return true;
-    }
-    void restart() { depth_ = 0; }
-    bool diverged() const { return diverged_; }
-    std::string trace() const {
-        std::string s;
-        for (auto& [c, n] : path_) s += std::to_string(c) + "/" + std::to_string(n) + " ";
-        return s;
-    }
-
-private:
-    std::vector<std::pair<int, int>> path_;  // (choice, number of options)
-    std::size_t depth_ = 0;
-    bool diverged_ = false;
-};
-
-class model_sched;
-thread_local model_sched* tl_sched = nullptr;
-thread_local int tl_tid = -1;
-
-// Runs model threads one at a time; the running one picks the next at every
-// scheduling point. Plain data touched by model threads is ordered by mu_.
-class model_sched {
-public:
-    model_sched(explorer& ex, int max_preemptions) : ex_(ex), max_preemptions_(max_preemptions) {}
-
-    // Runs the bodies to completion; false on a deadlock (all blocked).
-    bool run(std::vector<std::function<void()>> bodies) {
-        const int n = static_cast<int>(bodies.size());
-        state_.assign(static_cast<std::size_t>(n), st::runnable);
-        std::vector<std::thread> ts;
-        for (int t = 0; t < n; ++t) {
-            ts.emplace_back([this, t, body = std::move(bodies[static_cast<std::size_t>(t)])] {
-                tl_sched = this;
-                tl_tid = t;
-                {
-                    std::unique_lock lk(mu_);
-                    cv_.wait(lk, [&] { return running_ == t || deadlock_; });
-                }
-                if (!deadlock_) body();
-                std::unique_lock lk(mu_);
-                state_[static_cast<std::size_t>(t)] = st::done;
-                pick_locked(t);
-            });
-        }
-        {
-            std::unique_lock lk(mu_);
-            pick_locked(-1);
-        }
-        for (auto& t : ts) t.join();
-        return !deadlock_;
-    }
-
-    // A scheduling point before the caller's next shared access.
-    void step(bool yielding = false) {
-        std::unique_lock lk(mu_);
-        if (deadlock_) return;
-        pick_locked(tl_tid, yielding);
-        cv_.wait(lk, [&] { return running_ == tl_tid || deadlock_; });
-    }
-
-    // Blocks the caller until *flag (set by unpark, under mu_).
-    void park(const bool* flag) {
-        std::unique_lock lk(mu_);
-        while (!*flag && !deadlock_) {
-            state_[static_cast<std::size_t>(tl_tid)] = st::blocked;
-            pick_locked(tl_tid);
-            cv_.wait(lk, [&] { return (running_ == tl_tid && *flag) || deadlock_; });
-        }
-    }
-    void unpark(bool* flag, int tid) {
-        std::unique_lock lk(mu_);
-        *flag = true;
-        if (state_[static_cast<std::size_t>(tid)] == st::blocked) state_[static_cast<std::size_t>(tid)] = st::runnable;
-    }
-    // Blocks the caller until model thread `tid` finished.
-    void wait_done(int tid) {
-        std::unique_lock lk(mu_);
-        while (state_[static_cast<std::size_t>(tid)] != st::done && !deadlock_) {
-            state_[static_cast<std::size_t>(tl_tid)] = st::blocked;
-            waiting_for_[tl_tid] = tid;
-            pick_locked(tl_tid);
-            cv_.wait(lk, [&] { return running_ == tl_tid || deadlock_; });
-        }
-        waiting_for_.erase(tl_tid);
-    }
-
-private:
-    enum class st { runnable, blocked, done };
-
-    void pick_locked(int self, bool self_yielding = false) {
-        // Threads waiting for a finished thread become runnable.
-        for (auto& [w, t] : waiting_for_)
-            if (state_[static_cast<std::size_t>(t)] == st::done) state_[static_cast<std::size_t>(w)] = st::runnable;
-        std::vector<int> options;
-        // Switching away from a thread that could go on is a preemption;
-        // past the bound, it goes on (CHESS-style preemption bounding).
-        const bool self_can_go = self >= 0 && state_[static_cast<std::size_t>(self)] == st::runnable && !self_yielding;
-        if (self_can_go && max_preemptions_ >= 0 && preemptions_ >= max_preemptions_) {
-            options.push_back(self);
-        } else {
-            for (int t = 0; t < static_cast<int>(state_.size()); ++t)
-                if (state_[static_cast<std::size_t>(t)] == st::runnable && !(self_yielding && t == self))
-                    options.push_back(t);
-        }
-        if (options.empty() && self_yielding) options.push_back(self);  // nobody else can run
-        if (options.empty()) {
-            bool all_done = true;
-            for (auto s : state_) all_done = all_done && s == st::done;
-            if (!all_done) deadlock_ = true;
-            running_ = -1;
-            cv_.notify_all();
-            return;
-        }
-        running_ = options.size() == 1 ? options[0] : options[static_cast<std::size_t>(
-                                                          ex_.choose(static_cast<int>(options.size())))];
-        if (self_can_go && running_ != self) ++preemptions_;
-        cv_.notify_all();
-    }
-
-    explorer& ex_;
-    std::mutex mu_;
-    std::condition_variable cv_;
-    std::vector<st> state_;
-    std::map<int, int> waiting_for_;  // blocked thread -> the thread it waits to finish
-    const int max_preemptions_;  // -1: unbounded (exhaustive)
-    int preemptions_ = 0;
-    int running_ = -1;
-    bool deadlock_ = false;
-};
-
-
-// ---- model atomics and records ---------------------------------------------------
-
-// An atomic whose every access is a scheduling point. `guard` (optional)
-// points at the owner's "gone" flag: an access after the owner returned is
-// a use after return.
-template <class T>
-class model_atomic {
-public:
-    explicit model_atomic(T v = T{}) : a_(v) {}
-    const bool* guard = nullptr;
-    T load(std::memory_order = std::memory_order_seq_cst) {
-        point();
-        return a_.load();
-    }
-    void store(T v, std::memory_order = std::memory_order_seq_cst) {
-        point();
-        a_.store(v);
-    }
-    bool compare_exchange_strong(T& expected, T desired, std::memory_order = std::memory_order_seq_cst,
-                                 std::memory_order = std::memory_order_seq_cst) {
-        point();
-        return a_.compare_exchange_strong(expected, desired);
-    }
-    // No spurious failures in the model: the strong CAS.
-    bool compare_exchange_weak(T& expected, T desired, std::memory_order m1 = std::memory_order_seq_cst,
-                               std::memory_order m2 = std::memory_order_seq_cst) {
-        return compare_exchange_strong(expected, desired, m1, m2);
-    }
-    T peek() const { return a_.load(); }  // outside the model, after a run
-
-private:
-    void point();
-    std::atomic<T> a_;
-};
-
-std::atomic<int> g_use_after_return{0};
-
-template <class T>
-void model_atomic<T>::point() {
-    tl_sched->step();
-    if (guard != nullptr && *guard) g_use_after_return.fetch_add(1);
-}
+using namespace spindle::test::model;  // explorer, model_sched, model_atomic, cur_sched
 
 struct model_cell {
     model_atomic<std::uintptr_t> state{sd::cqs_cell::empty};
@@ -276,7 +84,7 @@ struct model_env {
     int dead_count = 0;
     // cqs_cell.hpp's Env
     void dead() { ++dead_count; }
-    void backoff(unsigned&) { tl_sched->step(/*yielding=*/true); }
+    void backoff(unsigned&) { cur_sched->step(/*yielding=*/true); }
     void relax() {}
     static constexpr unsigned sync_spins() { return 2; }
     [[noreturn]] void bad_state(std::uintptr_t st) {
@@ -347,7 +155,7 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
                     s_res = s_end::cancelled;
                     break;
                 }
-                tl_sched->park(&w.unparked);
+                cur_sched->park(&w.unparked);
                 const std::uint32_t claim = w.claim.load();
                 if (claim == sd::cqs_claim::resumed) {
                     s_res = s_end::got;
@@ -366,7 +174,7 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
                 s_res = s_end::broken;
                 break;
             }
-            if (tid_c >= 0) tl_sched->wait_done(tid_c);  // ~wait_guard waits for a firing timer/stop
+            if (tid_c >= 0) cur_sched->wait_done(tid_c);  // ~wait_guard waits for a firing timer/stop
             w.gone = true;
         });
         if (sc.with_resume) {
@@ -376,7 +184,7 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
                 if (wake != nullptr) {
                     if (wake->gone) ++late_unpark;
                     ++wake->unparks;
-                    tl_sched->unpark(&wake->unparked, 0);
+                    cur_sched->unpark(&wake->unparked, 0);
                 }
             });
         }
@@ -388,7 +196,7 @@ long explore(const scenario& sc, int max_preemptions, std::string& err) {
                     if (how == sd::cqs_ops::cancel_claim::late) handler();
                     if (w.gone) ++late_unpark;
                     ++w.unparks;
-                    tl_sched->unpark(&w.unparked, 0);
+                    cur_sched->unpark(&w.unparked, 0);
                 }
             });
         }
