@@ -1,0 +1,615 @@
+// bench/locks — the thread-lock benchmarks (../shared/design/BENCHMARKS.md,
+// "Thread locks (Hemlock paper §5, TCLocks paper §6)"): spindle's spin and
+// spin-then-park locks against pthread_mutex_t and std::mutex, on OS threads.
+//
+// Contention model (mutexbench, oversubscribed). T threads share one lock.
+// Each loops { lock; critical section; unlock; non-critical section } until
+// told to stop:
+//   critical section      writes `cs_lines` shared cache lines (one counter
+//                         each, plain increments: the lock is what keeps them
+//                         exact, and the run checks they are). cs_lines = 0
+//                         is an empty section (a compiler barrier only). The
+//                         lines travel with the lock from holder to holder, as
+//                         the data a real lock protects does.
+//   non-critical section  thread-local busy work, uniform in [0, 2 * ncs_ns)
+//                         ns (a calibrated empty loop; the draw is a
+//                         per-thread splitmix64). ncs_ns = 0: none.
+// cs_lines = 0 with ncs_ns = 0 is the Hemlock paper's maximum contention:
+// with T >= 2 the lock is wanted again the moment it is released, so every
+// operation is a handoff and the figure is the cost of moving the lock word
+// (and, for queue locks, the successor's flag) between CPUs. With a critical
+// and a non-critical section the lock is contended part of the time and the
+// lines it protects move with it. With one thread nothing is contended: the
+// figure is the uncontended lock + unlock latency (plus the sections).
+//
+// Placement. The lock lives alone on its own 128-byte block (two cache lines:
+// the adjacent-line prefetcher pairs them), as does each shared line, each
+// thread's operation counter and the stop flag, so no variant is helped or
+// hurt by false sharing the others do not see.
+//
+// Timing. A measurement starts the T threads behind a gate, lets them run for
+// a warm-up, then reads every thread's operation counter, sleeps for the
+// window, and reads them again: ops = the difference, over the window's
+// clock time. Each thread publishes its count after every operation (a
+// relaxed store to its own line, which stays in its cache: no clock read or
+// shared write per operation) and checks the stop flag after every operation
+// (a load of a line only the main thread writes, once). So 1-thread latency
+// resolves to about a nanosecond, and a lock that collapses -- a FIFO spin
+// lock whose next owner is preempted -- still ends on time: the window is
+// fixed, the figure is what was done in it, and the threads then only have
+// to finish the operation they are in (a run that has not stopped within
+// `stop_cap` fails rather than hang).
+//
+// Workloads (records: suite "locks"):
+//   mutexbench      T in {1, 2} (--quick) or 1, 2, 4, 8, 16, ... (--full;
+//                   --threads LIST), sections (cs_lines, ncs_ns) in {(0, 0),
+//                   (2, 200)} (quick) or more (full; --sections LIST).
+//                   Metric: T = 1: ns_per_op (uncontended latency); T >= 2:
+//                   ops_per_s (throughput of all threads together).
+//                   Reference: hemlock (pthread while the lock library is
+//                   absent).
+//   oversubscribed  the same with 4x as many threads as CPUs (8 on 2 CPUs;
+//                   --oversubscribed-threads N); ops_per_s. Spin-then-park
+//                   locks against pure spinning and pthread (the reference).
+//                   A pure spin lock's figure can drop to a few hundred ops
+//                   per second: that collapse is what this measures.
+//   space           bytes of each lock and of the per-thread state it needs
+//                   (Hemlock paper, Table 1), from sizeof of the types.
+//   leveldb         LevelDB readrandom (leveldb_driver.cpp), one process per
+//                   measurement, under LD_PRELOAD=libspindle_preload.so with
+//                   SPINDLE_LOCK=<lock>, or under plain glibc (the
+//                   reference); ops_per_s. T in {1, 2} (quick) or {1, 2, 4,
+//                   8} (full; --leveldb-threads LIST). Skipped with a message
+//                   when the preload library or the driver is not built.
+//
+// Competitors, all in this one program and interleaved by the harness:
+// every lock of the spindle lock library (variant = its name without
+// "_lock"), `pthread` (pthread_mutex_t, default attributes: glibc's
+// spin-free futex mutex), `std_mutex` (std::mutex: the same pthread mutex
+// behind libstdc++'s inline wrapper).
+//
+// Command line: the harness's (--out, --quick, --full, --reps, --only) and
+//   --threads LIST                 mutexbench thread counts
+//   --sections LIST                mutexbench/oversubscribed sections, each
+//                                  CS_LINES:NCS_NS (e.g. 0:0,2:200)
+//   --oversubscribed-threads N     default 4x the CPUs
+//   --window-ms N                  one measurement's window (default: quick
+//                                  40 ms, oversubscribed 100 ms; full 2.5x)
+//   --locks LIST                   only these variants (any workload)
+//   --leveldb-threads LIST         leveldb thread counts
+//   --leveldb-seconds S            one leveldb measurement's window
+//   --preload PATH                 libspindle_preload.so (default: the build's
+//                                  preload/ next to bench/; or
+//                                  SPINDLE_PRELOAD_LIB)
+//   --leveldb-driver PATH          default: next to this program
+// At the end the targets are printed on stderr with the ratios this
+// run measured (medians of per-round ratios: the harness measures every
+// variant once per round).
+
+#include <spindle/arch/config.hpp>
+#include <spindle/arch/context.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../harness/harness.hpp"
+
+extern char** environ;
+
+using spindle::bench::harness;
+using spindle::bench::metric;
+using spindle::bench::now_ns;
+using spindle::bench::params;
+using spindle::bench::summary;
+using spindle::bench::variant;
+
+namespace {
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::fprintf(stderr, "spindle_bench_locks: ");
+    std::vfprintf(stderr, fmt, ap);
+    std::fputc('\n', stderr);
+    va_end(ap);
+    std::fflush(nullptr);
+    std::_Exit(1);
+}
+
+// Two cache lines: the adjacent-line prefetcher fetches 128-byte pairs, so a
+// neighbour within 128 bytes would still share traffic.
+constexpr std::size_t block = 2 * spindle::arch::cache_line;
+
+// A run that has not stopped this long after its window ended fails.
+constexpr double stop_cap_ns = 30e9;
+
+// ---------------------------------------------------------------------------
+// The locks
+
+// pthread_mutex_t with default attributes, as a BasicLockable.
+class pthread_lock {
+public:
+    pthread_lock() = default;
+    pthread_lock(const pthread_lock&) = delete;
+    pthread_lock& operator=(const pthread_lock&) = delete;
+    ~pthread_lock() { pthread_mutex_destroy(&m_); }
+    void lock() { pthread_mutex_lock(&m_); }
+    void unlock() { pthread_mutex_unlock(&m_); }
+
+private:
+    pthread_mutex_t m_ = PTHREAD_MUTEX_INITIALIZER;
+};
+
+// A test-and-set spin lock, here until the lock library's lands.
+class local_tas {
+public:
+    void lock() noexcept {
+        while (held_.exchange(true, std::memory_order_acquire))  // pairs with unlock's release
+            while (held_.load(std::memory_order_relaxed)) spindle::arch::cpu_relax();
+    }
+    void unlock() noexcept { held_.store(false, std::memory_order_release); }
+
+private:
+    std::atomic<bool> held_{false};
+};
+
+// How a lock waits, for the oversubscribed comparison and the notes.
+enum class waits { spin, spin_then_park, os };
+
+const char* waits_name(waits w) {
+    switch (w) {
+        case waits::spin: return "pure spinning";
+        case waits::spin_then_park: return "spin, then park";
+        case waits::os: return "OS mutex";
+    }
+    return "?";
+}
+
+// ---------------------------------------------------------------------------
+// Busy work
+
+__attribute__((noinline)) void spin(std::uint32_t n) noexcept {
+    for (std::uint32_t i = 0; i < n; ++i) __asm__ volatile("");  // volatile: the loop must run n times
+}
+
+double g_spin_ns = 1.0;  // one iteration of spin()
+
+void calibrate_spin() {
+    std::vector<double> per;
+    constexpr std::uint32_t n = 4'000'000;
+    for (int round = 0; round < 7; ++round) {
+        double t0 = now_ns();
+        spin(n);
+        per.push_back((now_ns() - t0) / n);
+    }
+    std::sort(per.begin(), per.end());
+    g_spin_ns = per.front();  // the fastest round: the others lost the CPU for a while
+    std::fprintf(stderr, "locks: work loop: %.3f ns per iteration\n", g_spin_ns);
+}
+
+struct splitmix {
+    std::uint64_t s;
+    std::uint64_t next() noexcept {
+        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    // Uniform in [0, range): the high 32 bits scaled (range < 2^32).
+    std::uint32_t below(std::uint32_t range) noexcept {
+        return static_cast<std::uint32_t>(((next() >> 32) * range) >> 32);
+    }
+};
+
+// ---------------------------------------------------------------------------
+// One measurement
+
+struct section {
+    unsigned cs_lines = 0;  // shared lines written inside the lock
+    unsigned ncs_ns = 0;    // mean non-critical busy time
+};
+
+struct setup {
+    unsigned threads = 1;
+    section sec;
+    double warmup_ns = 5e6;
+    double window_ns = 40e6;
+    bool latency = false;  // ns_per_op (true) or ops_per_s
+};
+
+struct alignas(block) shared_line {
+    std::uint64_t n = 0;  // guarded by the lock under test
+};
+struct alignas(block) op_counter {
+    std::atomic<std::uint64_t> ops{0};
+};
+struct alignas(block) flag {
+    std::atomic<bool> on{false};
+};
+template <class Lock>
+struct alignas(block) lock_home {
+    Lock lock;
+};
+
+struct run_result {
+    std::uint64_t ops = 0;
+    double window_ns = 0;
+};
+
+// The critical and non-critical sections, on one thread. Kept apart from the
+// lock calls so that every lock type runs the same instructions between them.
+struct thread_work {
+    shared_line* lines;
+    unsigned cs_lines;
+    std::uint32_t ncs_range;  // spin() iterations: uniform in [0, ncs_range)
+    splitmix rng;
+
+    void critical() noexcept {
+        for (unsigned i = 0; i < cs_lines; ++i) ++lines[i].n;
+        __asm__ volatile("" ::: "memory");  // the section is not moved out of the lock, nor merged with the next
+    }
+    void non_critical() noexcept {
+        if (ncs_range != 0) spin(rng.below(ncs_range));
+    }
+};
+
+// T threads run the loop on one Lock for a warm-up and a window; returns what
+// they did in the window. Fails if the shared lines do not add up.
+template <class Lock>
+run_result run_lock(const setup& s, const char* who) {
+    auto home = std::make_unique<lock_home<Lock>>();
+    Lock& lock = home->lock;
+    const unsigned n_lines = std::max(1u, s.sec.cs_lines);
+    auto lines = std::make_unique<shared_line[]>(n_lines);
+    auto counts = std::make_unique<op_counter[]>(s.threads);
+    auto go = std::make_unique<flag>();
+    auto stop = std::make_unique<flag>();
+    std::atomic<unsigned> ready{0}, running{s.threads};
+    const auto ncs_range = static_cast<std::uint32_t>(2.0 * s.sec.ncs_ns / g_spin_ns);
+
+    std::vector<std::thread> ts;
+    ts.reserve(s.threads);
+    for (unsigned t = 0; t < s.threads; ++t)
+        ts.emplace_back([&, t] {
+            thread_work w{lines.get(), s.sec.cs_lines, ncs_range, splitmix{0x9E3779B97F4A7C15ull * (t + 1)}};
+            std::atomic<std::uint64_t>& mine = counts[t].ops;
+            ready.fetch_add(1, std::memory_order_relaxed);
+            // acquire: pairs with the gate's release (orders nothing the loop
+            // needs beyond what the thread's creation did; the usual pairing).
+            while (!go->on.load(std::memory_order_acquire)) std::this_thread::yield();
+            std::uint64_t n = 0;
+            // relaxed: `stop` only ends the loop; `mine` is read by the main
+            // thread for its value alone; join() orders the shared lines.
+            while (!stop->on.load(std::memory_order_relaxed)) {
+                lock.lock();
+                w.critical();
+                lock.unlock();
+                w.non_critical();
+                mine.store(++n, std::memory_order_relaxed);
+            }
+            running.fetch_sub(1, std::memory_order_release);  // pairs with the stop wait's acquire
+        });
+    auto total = [&] {
+        std::uint64_t sum = 0;
+        for (unsigned t = 0; t < s.threads; ++t) sum += counts[t].ops.load(std::memory_order_relaxed);
+        return sum;
+    };
+    while (ready.load(std::memory_order_relaxed) != s.threads) std::this_thread::yield();
+    go->on.store(true, std::memory_order_release);
+    std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(s.warmup_ns));
+    const double t0 = now_ns();
+    const std::uint64_t c0 = total();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(s.window_ns));
+    const std::uint64_t c1 = total();
+    const double t1 = now_ns();
+    stop->on.store(true, std::memory_order_relaxed);
+    const double stop_at = now_ns();
+    while (running.load(std::memory_order_acquire) != 0) {
+        if (now_ns() - stop_at > stop_cap_ns)
+            fail("%s: %u of %u threads still running %.0f s after the stop (a lost wake-up?)", who,
+                 running.load(), s.threads, stop_cap_ns / 1e9);
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    for (auto& th : ts) th.join();
+    if (s.sec.cs_lines > 0) {
+        const std::uint64_t all = total();
+        for (unsigned i = 0; i < s.sec.cs_lines; ++i)
+            if (lines[i].n != all)
+                fail("%s: shared line %u counted %llu operations, the threads %llu: the lock let two threads in", who,
+                     i, static_cast<unsigned long long>(lines[i].n), static_cast<unsigned long long>(all));
+    }
+    return {c1 - c0, t1 - t0};
+}
+
+template <class Lock>
+double measure_lock(const setup& s, const char* who) {
+    const run_result r = run_lock<Lock>(s, who);
+    if (s.latency) {
+        // No operation at all in the window (the thread never got a CPU):
+        // one operation took at least the window.
+        return r.window_ns / static_cast<double>(std::max<std::uint64_t>(r.ops, 1));
+    }
+    return static_cast<double>(r.ops) * 1e9 / r.window_ns;
+}
+
+// ---------------------------------------------------------------------------
+// The competitors
+
+struct lock_entry {
+    std::string name;
+    waits how;
+    double (*measure)(const setup&, const char*);
+    std::string note;
+};
+
+template <class Lock>
+lock_entry entry(std::string name, waits how, std::string note) {
+    return {std::move(name), how, &measure_lock<Lock>, std::move(note)};
+}
+
+std::vector<lock_entry> all_locks() {
+    std::vector<lock_entry> v;
+    v.push_back(entry<local_tas>("tas", waits::spin, "test-and-test-and-set written in this program"));
+    v.push_back(entry<pthread_lock>("pthread", waits::os, "pthread_mutex_t, default attributes (glibc)"));
+    v.push_back(entry<std::mutex>("std_mutex", waits::os, "std::mutex (libstdc++ over the glibc mutex)"));
+    return v;
+}
+
+// The reference of mutexbench: hemlock where it exists.
+std::string g_reference = "pthread";
+
+// ---------------------------------------------------------------------------
+// Options
+
+struct run_options {
+    std::vector<unsigned> threads;
+    std::vector<section> sections;
+    unsigned oversub_threads = 0;  // 0: 4x the CPUs
+    double window_ms = 0;          // 0: the mode's default
+    std::vector<std::string> locks;
+    std::vector<unsigned> leveldb_threads;
+    double leveldb_seconds = 0;  // 0: the mode's default
+    std::string preload;
+    std::string driver;
+};
+
+unsigned g_cpus = 1;
+
+bool lock_wanted(const run_options& o, const std::string& name) {
+    return o.locks.empty() || std::find(o.locks.begin(), o.locks.end(), name) != o.locks.end();
+}
+
+std::string section_note(const section& sec) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf,
+                  "critical section: %u shared line(s) written; non-critical: %s; lock on its own %zu-byte block",
+                  sec.cs_lines,
+                  sec.ncs_ns ? ("uniform 0-" + std::to_string(2 * sec.ncs_ns) + " ns busy loop").c_str() : "none",
+                  block);
+    return buf;
+}
+
+// Medians of per-round ratios a/b of two variants of one comparison.
+std::optional<double> round_ratio(const std::vector<summary>& ss, const std::string& a, const std::string& b) {
+    const summary *sa = nullptr, *sb = nullptr;
+    for (auto& s : ss) {
+        if (s.variant == a) sa = &s;
+        if (s.variant == b) sb = &s;
+    }
+    if (!sa || !sb) return std::nullopt;
+    std::vector<double> r;
+    for (std::size_t i = 0; i < sa->samples.size() && i < sb->samples.size(); ++i)
+        if (sb->samples[i] > 0) r.push_back(sa->samples[i] / sb->samples[i]);
+    if (r.empty()) return std::nullopt;
+    return harness::summarize("", r).median;
+}
+
+// What the target lines need, kept from the comparisons.
+struct results {
+    std::map<std::string, std::vector<summary>> by_key;  // "mutexbench t=1 0:0" -> summaries
+};
+
+std::string key(const std::string& workload, unsigned threads, const section& sec) {
+    return workload + " t=" + std::to_string(threads) + " " + std::to_string(sec.cs_lines) + ":" +
+           std::to_string(sec.ncs_ns);
+}
+
+// ---------------------------------------------------------------------------
+// mutexbench and oversubscribed
+
+void bench_mutex(harness& h, const run_options& o, results& res, const std::string& workload) {
+    const bool oversub = workload == "oversubscribed";
+    std::vector<unsigned> ts;
+    if (oversub) {
+        ts = {o.oversub_threads ? o.oversub_threads : 4 * g_cpus};
+    } else if (!o.threads.empty()) {
+        ts = o.threads;
+    } else if (h.quick()) {
+        ts = {1, 2};
+    } else {
+        for (unsigned t = 1; t <= std::max(16u, 4 * g_cpus); t *= 2) ts.push_back(t);
+    }
+    std::vector<section> secs = o.sections;
+    if (secs.empty()) {
+        if (h.quick()) secs = {{0, 0}, {2, 200}};
+        else secs = {{0, 0}, {1, 200}, {4, 200}, {16, 200}};
+    }
+    double window_ms = o.window_ms > 0 ? o.window_ms : (oversub ? 100 : 40) * (h.full() ? 2.5 : 1);
+    const std::string reference = oversub ? std::string("pthread") : g_reference;
+    for (const section& sec : secs)
+        for (unsigned t : ts) {
+            setup s;
+            s.threads = t;
+            s.sec = sec;
+            s.window_ns = window_ms * 1e6;
+            s.warmup_ns = oversub ? 20e6 : 5e6;
+            s.latency = t == 1;
+            std::vector<variant> vs;
+            for (const lock_entry& e : all_locks()) {
+                if (!lock_wanted(o, e.name)) continue;
+                const bool ref = e.name == reference;
+                std::string note = e.note + " (" + waits_name(e.how) + ")";
+                if (ref) note += "; " + section_note(sec);
+                const std::string who = workload + "/" + e.name;
+                auto fn = e.measure;
+                vs.push_back(variant(e.name, [s, fn, who] { return fn(s, who.c_str()); }, ref, note));
+            }
+            if (vs.empty()) continue;
+            params ps{{"threads", t}, {"cs_lines", sec.cs_lines}, {"ncs_ns", sec.ncs_ns}};
+            if (oversub) ps.push_back({"cpus", g_cpus});
+            const metric m = s.latency ? metric{"ns_per_op", false} : metric{"ops_per_s", true};
+            res.by_key[key(workload, t, sec)] = h.compare(workload, ps, m, vs, h.reps(5, 9));
+        }
+}
+
+// ---------------------------------------------------------------------------
+// The targets
+
+void print_targets(const results& res) {
+    std::fprintf(stderr, "locks targets (medians of per-round ratios, this run):\n");
+    auto line = [&](const std::string& k, const std::string& a, const std::string& b, const char* what,
+                    double goal, bool at_least) {
+        auto it = res.by_key.find(k);
+        if (it == res.by_key.end()) return;
+        auto r = round_ratio(it->second, a, b);
+        if (!r) {
+            std::fprintf(stderr, "  %s: %s / %s: not measured\n", what, a.c_str(), b.c_str());
+            return;
+        }
+        const bool met = at_least ? *r >= goal : *r <= goal;
+        std::fprintf(stderr, "  %s: %s / %s = %.2f (target %s %.2f) %s\n", what, a.c_str(), b.c_str(), *r,
+                     at_least ? ">=" : "<=", goal, met ? "met" : "MISSED");
+    };
+    const section empty{0, 0};
+    for (const char* other : {"pthread", "std_mutex", "tas"})
+        line(key("mutexbench", 1, empty), other, g_reference, "uncontended latency, ns/op", 1.0, true);
+    (void)line;
+}
+
+// ---------------------------------------------------------------------------
+// Command line
+
+std::vector<unsigned> parse_list(const std::string& s, const char* what, unsigned lo) {
+    std::vector<unsigned> out;
+    std::size_t i = 0;
+    while (i <= s.size()) {
+        std::size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        std::string item = s.substr(i, j - i);
+        char* end = nullptr;
+        long v = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || v < static_cast<long>(lo) || v > 100'000)
+            fail("bad %s '%s' in '%s'", what, item.c_str(), s.c_str());
+        out.push_back(static_cast<unsigned>(v));
+        i = j + 1;
+    }
+    return out;
+}
+
+std::vector<std::string> parse_names(const std::string& s) {
+    std::vector<std::string> out;
+    for (std::size_t b = 0; b <= s.size();) {
+        std::size_t e = s.find(',', b);
+        if (e == std::string::npos) e = s.size();
+        if (e > b) out.push_back(s.substr(b, e - b));
+        b = e + 1;
+    }
+    return out;
+}
+
+double parse_positive(const std::string& s, const char* what) {
+    char* end = nullptr;
+    double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !(v > 0 && v < 1e6)) fail("bad %s '%s'", what, s.c_str());
+    return v;
+}
+
+// Takes this program's own arguments out of argv, leaving the harness's.
+run_options take_own_args(int& argc, char** argv) {
+    run_options o;
+    if (const char* env = std::getenv("SPINDLE_PRELOAD_LIB"); env != nullptr) o.preload = env;
+    int out = 1;
+    for (int i = 1; i < argc; ++i) {
+        std::string a = argv[i];
+        const bool takes_value = a == "--threads" || a == "--sections" || a == "--oversubscribed-threads" ||
+                                 a == "--window-ms" || a == "--locks" || a == "--leveldb-threads" ||
+                                 a == "--leveldb-seconds" || a == "--preload" || a == "--leveldb-driver";
+        if (takes_value && i + 1 >= argc) fail("missing value after %s", a.c_str());
+        if (a == "--threads") {
+            o.threads = parse_list(argv[++i], "thread count", 1);
+        } else if (a == "--sections") {
+            for (const std::string& item : parse_names(argv[++i])) {
+                const std::size_t colon = item.find(':');
+                if (colon == std::string::npos) fail("bad section '%s' (want CS_LINES:NCS_NS)", item.c_str());
+                section sec;
+                sec.cs_lines = parse_list(item.substr(0, colon), "cs_lines", 0).front();
+                sec.ncs_ns = parse_list(item.substr(colon + 1), "ncs_ns", 0).front();
+                o.sections.push_back(sec);
+            }
+        } else if (a == "--oversubscribed-threads") {
+            o.oversub_threads = parse_list(argv[++i], "thread count", 1).front();
+        } else if (a == "--window-ms") {
+            o.window_ms = parse_positive(argv[++i], "window");
+        } else if (a == "--locks") {
+            o.locks = parse_names(argv[++i]);
+        } else if (a == "--leveldb-threads") {
+            o.leveldb_threads = parse_list(argv[++i], "thread count", 1);
+        } else if (a == "--leveldb-seconds") {
+            o.leveldb_seconds = parse_positive(argv[++i], "duration");
+        } else if (a == "--preload") {
+            o.preload = argv[++i];
+        } else if (a == "--leveldb-driver") {
+            o.driver = argv[++i];
+        } else {
+            if (a == "--help" || a == "-h")
+                std::fprintf(stderr,
+                             "spindle_bench_locks also takes: [--threads 1,2,4] [--sections 0:0,2:200] "
+                             "[--oversubscribed-threads N] [--window-ms N] [--locks hemlock,mcs,pthread,...] "
+                             "[--leveldb-threads 1,2] [--leveldb-seconds S] [--preload PATH] "
+                             "[--leveldb-driver PATH]\n");
+            argv[out++] = argv[i];
+        }
+    }
+    argc = out;
+    argv[argc] = nullptr;
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    run_options o = take_own_args(argc, argv);
+    harness h(argc, argv, "locks");
+    g_cpus = std::max(1u, std::thread::hardware_concurrency());
+    calibrate_spin();
+    results res;
+    if (h.wants("mutexbench")) bench_mutex(h, o, res, "mutexbench");
+    if (h.wants("oversubscribed")) bench_mutex(h, o, res, "oversubscribed");
+    print_targets(res);
+    return 0;
+}
