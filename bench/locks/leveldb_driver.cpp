@@ -29,7 +29,10 @@
 //   spindle_leveldb_driver --db DIR [--threads T] [--seconds S] [--warmup-ms W]
 //   spindle_leveldb_driver [--threads T] ...   (temporary database: fill, read, remove)
 // Output (stdout), one line per read run:
-//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X
+//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X mutex_from=FILE
+// where FILE is the shared object pthread_mutex_lock resolved to in this
+// process (libc.so.6, or libspindle_preload.so when the preload took effect),
+// so that a caller can tell a measurement of glibc from one of spindle.
 // Exit status: 0 on success, 1 on a LevelDB error or a missing key, 2 on a
 // usage error.
 
@@ -53,6 +56,8 @@
 #include <thread>
 #include <vector>
 
+#include <dlfcn.h>
+#include <pthread.h>
 #include <unistd.h>
 
 namespace {
@@ -140,6 +145,16 @@ struct alignas(128) counter {
     std::atomic<std::uint64_t> gets{0};
 };
 
+// The file that defines the pthread_mutex_lock this process calls (the one
+// LevelDB's calls resolve to as well: both go through the global scope,
+// where an LD_PRELOAD library comes first).
+std::string mutex_provider() {
+    Dl_info info{};
+    if (dladdr(reinterpret_cast<void*>(&pthread_mutex_lock), &info) == 0 || info.dli_fname == nullptr)
+        return "unknown";
+    return std::filesystem::path(info.dli_fname).filename().string();
+}
+
 void readrandom(const options& o) {
     std::unique_ptr<leveldb::Cache> cache(leveldb::NewLRUCache(cache_bytes(o)));
     std::unique_ptr<leveldb::DB> db = open_db(o, cache.get(), false);
@@ -177,8 +192,9 @@ void readrandom(const options& o) {
     stop.store(true, std::memory_order_relaxed);
     for (auto& t : ts) t.join();
     if (missing.load() != 0) die(1, "%u Gets did not find their key (was the database filled?)", missing.load());
-    std::printf("readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f\n", o.threads, o.entries,
-                t1 - t0, static_cast<unsigned long long>(g1 - g0), static_cast<double>(g1 - g0) / (t1 - t0));
+    std::printf("readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f mutex_from=%s\n", o.threads,
+                o.entries, t1 - t0, static_cast<unsigned long long>(g1 - g0), static_cast<double>(g1 - g0) / (t1 - t0),
+                mutex_provider().c_str());
     std::fflush(stdout);
 }
 

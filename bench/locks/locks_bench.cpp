@@ -81,6 +81,8 @@
 //   --preload PATH                 libspindle_preload.so (default: the build's
 //                                  preload/ next to bench/; or
 //                                  SPINDLE_PRELOAD_LIB)
+//   --preload-locks LIST           the SPINDLE_LOCK values to measure
+//                                  (default: every one the library has)
 //   --leveldb-driver PATH          default: next to this program
 // At the end the targets are printed on stderr with the ratios this
 // run measured (medians of per-round ratios: the harness measures every
@@ -124,11 +126,14 @@ extern char** environ;
 using spindle::bench::harness;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
+using spindle::bench::param;
 using spindle::bench::params;
 using spindle::bench::summary;
 using spindle::bench::variant;
 
 namespace {
+
+void remove_tmp_dir();
 
 [[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
     va_list ap;
@@ -138,6 +143,7 @@ namespace {
     std::fputc('\n', stderr);
     va_end(ap);
     std::fflush(nullptr);
+    remove_tmp_dir();
     std::_Exit(1);
 }
 
@@ -396,6 +402,7 @@ struct run_options {
     double leveldb_seconds = 0;  // 0: the mode's default
     std::string preload;
     std::string driver;
+    std::vector<std::string> preload_locks;  // SPINDLE_LOCK values; empty: all
 };
 
 unsigned g_cpus = 1;
@@ -433,6 +440,8 @@ std::optional<double> round_ratio(const std::vector<summary>& ss, const std::str
 struct results {
     std::map<std::string, std::vector<summary>> by_key;  // "mutexbench t=1 0:0" -> summaries
 };
+
+std::map<unsigned, std::vector<summary>> g_leveldb_results;  // threads -> summaries
 
 std::string key(const std::string& workload, unsigned threads, const section& sec) {
     return workload + " t=" + std::to_string(threads) + " " + std::to_string(sec.cs_lines) + ":" +
@@ -488,27 +497,257 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
 }
 
 // ---------------------------------------------------------------------------
+// leveldb
+
+// The values of SPINDLE_LOCK measured, each a variant of that name (the
+// pass-through to glibc as `preload_pthread`: the cost of the interposition
+// alone).
+std::vector<std::string> default_preload_locks() { return {}; }
+
+std::string g_tmp_dir;  // the filled database's directory, removed at exit
+
+void remove_tmp_dir() {
+    if (g_tmp_dir.empty()) return;
+    std::error_code ec;
+    std::filesystem::remove_all(g_tmp_dir, ec);
+    g_tmp_dir.clear();
+}
+
+std::string exe_dir() {
+    std::error_code ec;
+    auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string(".") : p.parent_path().string();
+}
+
+struct driver_output {
+    double ops_per_s = 0;
+    std::string mutex_from;
+};
+
+// Runs the driver with `args`; `lock` empty: plain glibc, else under the
+// preload library with SPINDLE_LOCK=lock. The environment is ours without
+// LD_PRELOAD and SPINDLE_LOCK, plus those two where asked. A driver that has
+// not finished within `limit_s` is killed and fails the run.
+std::string run_driver(const std::string& driver, const std::vector<std::string>& args, const std::string& preload,
+                       const std::string& lock, double limit_s) {
+    std::vector<std::string> env_store;
+    for (char** e = environ; *e != nullptr; ++e)
+        if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0 && std::strncmp(*e, "SPINDLE_LOCK=", 13) != 0)
+            env_store.emplace_back(*e);
+    if (!lock.empty()) {
+        env_store.push_back("LD_PRELOAD=" + preload);
+        env_store.push_back("SPINDLE_LOCK=" + lock);
+    }
+    std::vector<char*> envp;
+    for (auto& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_store{driver};
+    argv_store.insert(argv_store.end(), args.begin(), args.end());
+    std::vector<char*> argvp;
+    for (auto& a : argv_store) argvp.push_back(a.data());
+    argvp.push_back(nullptr);
+
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0) fail("leveldb: pipe: %s", std::strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    pid_t pid = 0;
+    const int err = posix_spawn(&pid, driver.c_str(), &fa, nullptr, argvp.data(), envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (err != 0) fail("leveldb: cannot run %s: %s", driver.c_str(), std::strerror(err));
+    std::string out;
+    const double deadline = now_ns() + limit_s * 1e9;
+    for (;;) {
+        const double left_ms = (deadline - now_ns()) / 1e6;
+        if (left_ms <= 0) {
+            kill(pid, SIGKILL);
+            waitpid(pid, nullptr, 0);
+            fail("leveldb: %s %s did not finish within %.0f s (SPINDLE_LOCK=%s)", driver.c_str(),
+                 args.empty() ? "" : args.front().c_str(), limit_s, lock.empty() ? "(glibc)" : lock.c_str());
+        }
+        pollfd pfd{fds[0], POLLIN, 0};
+        const int k = poll(&pfd, 1, static_cast<int>(std::min(left_ms, 1000.0)) + 1);
+        if (k < 0 && errno != EINTR) fail("leveldb: poll: %s", std::strerror(errno));
+        if (k <= 0) continue;
+        char buf[4096];
+        const ssize_t n = read(fds[0], buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) fail("leveldb: waitpid: %s", std::strerror(errno));
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("leveldb: %s failed (%s %d) under %s%s", driver.c_str(), WIFSIGNALED(status) ? "signal" : "status",
+             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
+             lock.empty() ? "glibc" : ("SPINDLE_LOCK=" + lock).c_str(),
+             lock.empty() ? "" : (" with LD_PRELOAD=" + preload).c_str());
+    return out;
+}
+
+driver_output parse_driver(const std::string& out, const std::string& lock) {
+    driver_output d;
+    const std::size_t at = out.find("ops_per_s=");
+    const std::size_t from = out.find("mutex_from=");
+    if (at == std::string::npos || from == std::string::npos)
+        fail("leveldb: unexpected driver output under %s: '%s'", lock.empty() ? "glibc" : lock.c_str(), out.c_str());
+    d.ops_per_s = std::strtod(out.c_str() + at + 10, nullptr);
+    const std::size_t end = out.find_first_of(" \n", from);
+    d.mutex_from = out.substr(from + 11, end == std::string::npos ? std::string::npos : end - from - 11);
+    return d;
+}
+
+void bench_leveldb(harness& h, const run_options& o) {
+    const std::string driver = o.driver.empty() ? exe_dir() + "/spindle_leveldb_driver" : o.driver;
+    if (access(driver.c_str(), X_OK) != 0) {
+        std::fprintf(stderr,
+                     "locks/leveldb: SKIPPED: no LevelDB driver at %s (it is built when libleveldb-dev is "
+                     "installed: scripts/deps.sh bench)\n",
+                     driver.c_str());
+        return;
+    }
+    const std::string preload =
+        o.preload.empty() ? exe_dir() + "/../preload/libspindle_preload.so" : o.preload;
+    std::error_code ec;
+    const std::string preload_abs = std::filesystem::weakly_canonical(preload, ec).string();
+    const bool have_preload = access(preload.c_str(), R_OK) == 0;
+    if (!have_preload)
+        std::fprintf(stderr,
+                     "locks/leveldb: SKIPPED the spindle locks: no preload library at %s (build preload/, or name it "
+                     "with --preload PATH or SPINDLE_PRELOAD_LIB); measuring glibc alone\n",
+                     preload.c_str());
+
+    std::string tmpl = (std::filesystem::temp_directory_path() / "spindle-bench-leveldb-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) fail("leveldb: mkdtemp %s: %s", tmpl.c_str(), std::strerror(errno));
+    g_tmp_dir = tmpl;
+    const std::string db = tmpl + "/db";
+    const unsigned entries = h.quick() ? 100'000 : 1'000'000;
+    const double t_fill = now_ns();
+    (void)run_driver(driver, {"--db", db, "--fill", "--entries", std::to_string(entries)}, "", "", 600);
+    std::fprintf(stderr, "locks/leveldb: filled %u entries in %.1f s\n", entries, (now_ns() - t_fill) / 1e9);
+
+    std::vector<unsigned> ts = o.leveldb_threads;
+    if (ts.empty()) ts = h.quick() ? std::vector<unsigned>{1, 2} : std::vector<unsigned>{1, 2, 4, 8};
+    const double seconds = o.leveldb_seconds > 0 ? o.leveldb_seconds : (h.quick() ? 0.2 : 1.0);
+    const unsigned warmup_ms = h.quick() ? 50 : 200;
+    std::vector<std::string> locks;
+    if (have_preload)
+        for (const std::string& l : o.preload_locks.empty() ? default_preload_locks() : o.preload_locks)
+            if (lock_wanted(o, l == "pthread" ? "preload_pthread" : l)) locks.push_back(l);
+    const std::string common = "LevelDB " + std::to_string(entries) +
+                               " entries (16-byte keys, 100-byte values), readrandom for " +
+                               param::number(seconds) + " s after " + std::to_string(warmup_ms) +
+                               " ms of warm-up, block cache holding the whole database; one driver process per "
+                               "measurement";
+    for (unsigned t : ts) {
+        std::vector<std::string> args{"--db",      db, "--threads", std::to_string(t), "--seconds",
+                                      param::number(seconds), "--warmup-ms", std::to_string(warmup_ms),
+                                      "--entries", std::to_string(entries)};
+        const double limit_s = 60 + 4 * seconds;
+        std::vector<variant> vs;
+        vs.push_back(variant(
+            "glibc",
+            [=] {
+                driver_output d = parse_driver(run_driver(driver, args, preload_abs, "", limit_s), "");
+                if (d.mutex_from.find("spindle") != std::string::npos)
+                    fail("leveldb: the glibc run's pthread_mutex_lock came from %s", d.mutex_from.c_str());
+                return d.ops_per_s;
+            },
+            true,
+            "plain glibc pthread mutexes (no LD_PRELOAD); " + common +
+                (have_preload ? "" : "; the preload library was not built: spindle's locks not measured")));
+        for (const std::string& l : locks) {
+            const std::string name = l == "pthread" ? "preload_pthread" : l;
+            vs.push_back(variant(
+                name,
+                [=] {
+                    driver_output d = parse_driver(run_driver(driver, args, preload_abs, l, limit_s), l);
+                    if (d.mutex_from.find("spindle_preload") == std::string::npos)
+                        fail("leveldb: under LD_PRELOAD=%s, pthread_mutex_lock came from %s, not the preload library",
+                             preload_abs.c_str(), d.mutex_from.c_str());
+                    return d.ops_per_s;
+                },
+                false,
+                "LD_PRELOAD=libspindle_preload.so SPINDLE_LOCK=" + l +
+                    (l == "pthread" ? " (pass-through to glibc: the interposition's own cost)" : "")));
+        }
+        g_leveldb_results[t] = h.compare("leveldb", {{"threads", t}}, {"ops_per_s", true}, vs, h.reps(3, 5));
+    }
+    remove_tmp_dir();
+}
+
+// ---------------------------------------------------------------------------
 // The targets
 
-void print_targets(const results& res) {
-    std::fprintf(stderr, "locks targets (medians of per-round ratios, this run):\n");
-    auto line = [&](const std::string& k, const std::string& a, const std::string& b, const char* what,
-                    double goal, bool at_least) {
-        auto it = res.by_key.find(k);
-        if (it == res.by_key.end()) return;
-        auto r = round_ratio(it->second, a, b);
-        if (!r) {
-            std::fprintf(stderr, "  %s: %s / %s: not measured\n", what, a.c_str(), b.c_str());
-            return;
-        }
-        const bool met = at_least ? *r >= goal : *r <= goal;
-        std::fprintf(stderr, "  %s: %s / %s = %.2f (target %s %.2f) %s\n", what, a.c_str(), b.c_str(), *r,
-                     at_least ? ">=" : "<=", goal, met ? "met" : "MISSED");
-    };
+enum class goal { above, at_least, at_most, none };
+
+// One line: the median of per-round ratios a / b of one comparison, against
+// the goal. Says so when either was not measured.
+void target_line(const std::vector<summary>* ss, const std::string& a, const std::string& b, goal g, double bound) {
+    std::optional<double> r;
+    if (ss != nullptr) r = round_ratio(*ss, a, b);
+    if (!r) {
+        std::fprintf(stderr, "    %s / %s: not measured\n", a.c_str(), b.c_str());
+        return;
+    }
+    if (g == goal::none) {
+        std::fprintf(stderr, "    %s / %s = %.3g\n", a.c_str(), b.c_str(), *r);
+        return;
+    }
+    const bool met = g == goal::above ? *r > bound : g == goal::at_least ? *r >= bound : *r <= bound;
+    std::fprintf(stderr, "    %s / %s = %.3g (target %s %.2g): %s\n", a.c_str(), b.c_str(), *r,
+                 g == goal::above ? ">" : g == goal::at_least ? ">=" : "<=", bound, met ? "met" : "MISSED");
+}
+
+const std::vector<summary>* find(const results& res, const std::string& k) {
+    auto it = res.by_key.find(k);
+    return it == res.by_key.end() ? nullptr : &it->second;
+}
+
+void print_targets(const results& res, const run_options& o) {
+    std::fprintf(stderr, "locks targets (medians of the per-round ratios of this run):\n");
     const section empty{0, 0};
-    for (const char* other : {"pthread", "std_mutex", "tas"})
-        line(key("mutexbench", 1, empty), other, g_reference, "uncontended latency, ns/op", 1.0, true);
-    (void)line;
+    const std::string ref = g_reference;
+    if (const auto* ss = find(res, key("mutexbench", 1, empty))) {
+        std::fprintf(stderr, "  uncontended, 1 thread, empty sections (ns per lock + unlock; X / %s > 1: %s faster):\n",
+                     ref.c_str(), ref.c_str());
+        for (const char* other : {"pthread", "std_mutex", "mcs", "clh"})
+            if (other != ref) target_line(ss, other, ref, goal::above, 1.0);
+        target_line(ss, ref, "ticket", goal::at_most, 2.2);
+        for (const char* other : {"tas", "ttas"}) target_line(ss, other, ref, goal::none, 0);
+    }
+    if (const auto* ss = find(res, key("mutexbench", 2, empty))) {
+        std::fprintf(stderr, "  2 threads, empty sections (ops/s; %s / X >= 1: %s at least as fast):\n", ref.c_str(),
+                     ref.c_str());
+        for (const char* other : {"mcs", "clh"}) target_line(ss, ref, other, goal::at_least, 1.0);
+        for (const char* other : {"pthread", "std_mutex", "tas", "ttas", "ticket"})
+            if (other != ref) target_line(ss, ref, other, goal::none, 0);
+    }
+    for (const auto& [k, ss] : res.by_key) {
+        if (k.rfind("oversubscribed", 0) != 0) continue;
+        std::fprintf(stderr, "  %s (ops/s; X / pthread):\n", k.c_str());
+        for (const lock_entry& e : all_locks()) {
+            if (e.how == waits::os || !lock_wanted(o, e.name)) continue;
+            if (e.how == waits::spin_then_park) target_line(&ss, e.name, "pthread", goal::at_least, 0.8);
+        }
+        for (const lock_entry& e : all_locks()) {
+            if (e.how != waits::spin || !lock_wanted(o, e.name)) continue;
+            target_line(&ss, e.name, "pthread", goal::none, 0);
+        }
+    }
+    if (!g_leveldb_results.empty()) {
+        std::fprintf(stderr, "  leveldb readrandom (ops/s; X / glibc):\n");
+        for (const auto& [t, ss] : g_leveldb_results) {
+            std::fprintf(stderr, "   threads=%u:%s\n", t, ss.size() < 2 ? " no spindle lock measured" : "");
+            for (const summary& s : ss)
+                if (s.variant != "glibc")
+                    target_line(&ss, s.variant, "glibc", t <= 2 ? goal::at_least : goal::none, 0.9);
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -558,7 +797,8 @@ run_options take_own_args(int& argc, char** argv) {
         std::string a = argv[i];
         const bool takes_value = a == "--threads" || a == "--sections" || a == "--oversubscribed-threads" ||
                                  a == "--window-ms" || a == "--locks" || a == "--leveldb-threads" ||
-                                 a == "--leveldb-seconds" || a == "--preload" || a == "--leveldb-driver";
+                                 a == "--leveldb-seconds" || a == "--preload" || a == "--leveldb-driver" ||
+                                 a == "--preload-locks";
         if (takes_value && i + 1 >= argc) fail("missing value after %s", a.c_str());
         if (a == "--threads") {
             o.threads = parse_list(argv[++i], "thread count", 1);
@@ -583,6 +823,8 @@ run_options take_own_args(int& argc, char** argv) {
             o.leveldb_seconds = parse_positive(argv[++i], "duration");
         } else if (a == "--preload") {
             o.preload = argv[++i];
+        } else if (a == "--preload-locks") {
+            o.preload_locks = parse_names(argv[++i]);
         } else if (a == "--leveldb-driver") {
             o.driver = argv[++i];
         } else {
@@ -591,7 +833,7 @@ run_options take_own_args(int& argc, char** argv) {
                              "spindle_bench_locks also takes: [--threads 1,2,4] [--sections 0:0,2:200] "
                              "[--oversubscribed-threads N] [--window-ms N] [--locks hemlock,mcs,pthread,...] "
                              "[--leveldb-threads 1,2] [--leveldb-seconds S] [--preload PATH] "
-                             "[--leveldb-driver PATH]\n");
+                             "[--preload-locks hemlock,mcs,...] [--leveldb-driver PATH]\n");
             argv[out++] = argv[i];
         }
     }
@@ -610,6 +852,7 @@ int main(int argc, char** argv) {
     results res;
     if (h.wants("mutexbench")) bench_mutex(h, o, res, "mutexbench");
     if (h.wants("oversubscribed")) bench_mutex(h, o, res, "oversubscribed");
-    print_targets(res);
+    if (h.wants("leveldb")) bench_leveldb(h, o);
+    print_targets(res, o);
     return 0;
 }
