@@ -28,11 +28,16 @@
 //   spindle_leveldb_driver --db DIR --fill [--entries N] [--value-bytes B]
 //   spindle_leveldb_driver --db DIR [--threads T] [--seconds S] [--warmup-ms W]
 //   spindle_leveldb_driver [--threads T] ...   (temporary database: fill, read, remove)
+//   spindle_leveldb_driver --probe
 // Output (stdout), one line per read run:
-//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X mutex_from=FILE
+//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X mutex_from=FILE lock=NAME
 // where FILE is the shared object pthread_mutex_lock resolved to in this
-// process (libc.so.6, or libspindle_preload.so when the preload took effect),
-// so that a caller can tell a measurement of glibc from one of spindle.
+// process (libc.so.6, or libspindle_preload.so when the preload took effect)
+// and NAME the lock the preload library installed (its
+// spindle_preload_lock_name(); "glibc" without the library), so that a
+// caller can tell a measurement of glibc from one of spindle, and one lock
+// from another. `--probe` prints only `mutex_from=FILE lock=NAME` after one
+// pthread_mutex_lock, without a database.
 // Exit status: 0 on success, 1 on a LevelDB error or a missing key, 2 on a
 // usage error.
 
@@ -75,6 +80,7 @@ namespace {
 struct options {
     std::string db;  // empty: a temporary database, removed at the end
     bool fill = false;
+    bool probe = false;
     unsigned entries = 100'000;
     unsigned value_bytes = 100;
     unsigned threads = 1;
@@ -155,6 +161,22 @@ std::string mutex_provider() {
     return std::filesystem::path(info.dli_fname).filename().string();
 }
 
+}  // namespace
+
+// Defined by libspindle_preload.so; null when it is not loaded.
+extern "C" const char* spindle_preload_lock_name(void) __attribute__((weak));
+
+namespace {
+
+std::string lock_name() { return spindle_preload_lock_name != nullptr ? spindle_preload_lock_name() : "glibc"; }
+
+void probe() {
+    pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&m);
+    pthread_mutex_unlock(&m);
+    std::printf("mutex_from=%s lock=%s\n", mutex_provider().c_str(), lock_name().c_str());
+}
+
 void readrandom(const options& o) {
     std::unique_ptr<leveldb::Cache> cache(leveldb::NewLRUCache(cache_bytes(o)));
     std::unique_ptr<leveldb::DB> db = open_db(o, cache.get(), false);
@@ -192,9 +214,9 @@ void readrandom(const options& o) {
     stop.store(true, std::memory_order_relaxed);
     for (auto& t : ts) t.join();
     if (missing.load() != 0) die(1, "%u Gets did not find their key (was the database filled?)", missing.load());
-    std::printf("readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f mutex_from=%s\n", o.threads,
-                o.entries, t1 - t0, static_cast<unsigned long long>(g1 - g0), static_cast<double>(g1 - g0) / (t1 - t0),
-                mutex_provider().c_str());
+    std::printf("readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f mutex_from=%s lock=%s\n",
+                o.threads, o.entries, t1 - t0, static_cast<unsigned long long>(g1 - g0),
+                static_cast<double>(g1 - g0) / (t1 - t0), mutex_provider().c_str(), lock_name().c_str());
     std::fflush(stdout);
 }
 
@@ -215,6 +237,7 @@ options parse(int argc, char** argv) {
         };
         if (a == "--db") o.db = value();
         else if (a == "--fill") o.fill = true;
+        else if (a == "--probe") o.probe = true;
         else if (a == "--entries") o.entries = parse_unsigned(value(), "entry count", 1);
         else if (a == "--value-bytes") o.value_bytes = parse_unsigned(value(), "value size", 1);
         else if (a == "--threads") o.threads = parse_unsigned(value(), "thread count", 1);
@@ -229,6 +252,7 @@ options parse(int argc, char** argv) {
                 "usage: spindle_leveldb_driver --db DIR --fill [--entries N] [--value-bytes B]\n"
                 "       spindle_leveldb_driver --db DIR [--threads T] [--seconds S] [--warmup-ms W]\n"
                 "       spindle_leveldb_driver [--threads T] ...  (temporary database)\n"
+                "       spindle_leveldb_driver --probe  (which pthread_mutex_lock, which lock)\n"
                 "Run under LD_PRELOAD=.../libspindle_preload.so SPINDLE_LOCK=<lock> to choose the lock.\n");
             std::exit(0);
         } else {
@@ -242,6 +266,10 @@ options parse(int argc, char** argv) {
 
 int main(int argc, char** argv) {
     options o = parse(argc, argv);
+    if (o.probe) {
+        probe();
+        return 0;
+    }
     if (!o.db.empty()) {
         if (o.fill) fill(o);
         else readrandom(o);

@@ -407,6 +407,8 @@ struct run_options {
 
 unsigned g_cpus = 1;
 
+std::vector<std::string> parse_names(const std::string& s);  // "a,b,c" -> {a, b, c}
+
 bool lock_wanted(const run_options& o, const std::string& name) {
     return o.locks.empty() || std::find(o.locks.begin(), o.locks.end(), name) != o.locks.end();
 }
@@ -499,10 +501,12 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
 // ---------------------------------------------------------------------------
 // leveldb
 
-// The values of SPINDLE_LOCK measured, each a variant of that name (the
-// pass-through to glibc as `preload_pthread`: the cost of the interposition
-// alone).
-std::vector<std::string> default_preload_locks() { return {}; }
+// The SPINDLE_LOCK values to try when the library does not list its own
+// (see preload_values).
+const std::vector<std::string> candidate_preload_locks = {
+    "hemlock",      "mcs",      "clh",      "ticket",      "tas",      "ttas",      "pthread",
+    "hemlock_park", "mcs_park", "clh_park", "ticket_park", "tas_park", "ttas_park",
+};
 
 std::string g_tmp_dir;  // the filled database's directory, removed at exit
 
@@ -519,17 +523,18 @@ std::string exe_dir() {
     return ec ? std::string(".") : p.parent_path().string();
 }
 
-struct driver_output {
-    double ops_per_s = 0;
-    std::string mutex_from;
+struct child_output {
+    std::string out, err;
+    int status = 0;  // exit status; 128 + N for signal N
 };
 
 // Runs the driver with `args`; `lock` empty: plain glibc, else under the
 // preload library with SPINDLE_LOCK=lock. The environment is ours without
-// LD_PRELOAD and SPINDLE_LOCK, plus those two where asked. A driver that has
-// not finished within `limit_s` is killed and fails the run.
-std::string run_driver(const std::string& driver, const std::vector<std::string>& args, const std::string& preload,
-                       const std::string& lock, double limit_s) {
+// LD_PRELOAD and SPINDLE_LOCK, plus those two where asked. Its stdout is
+// returned; its stderr too when `keep_stderr` (else it goes to ours). A
+// driver that has not finished within `limit_s` is killed and fails the run.
+child_output run_driver(const std::string& driver, const std::vector<std::string>& args, const std::string& preload,
+                        const std::string& lock, double limit_s, bool keep_stderr = false) {
     std::vector<std::string> env_store;
     for (char** e = environ; *e != nullptr; ++e)
         if (std::strncmp(*e, "LD_PRELOAD=", 11) != 0 && std::strncmp(*e, "SPINDLE_LOCK=", 13) != 0)
@@ -547,58 +552,112 @@ std::string run_driver(const std::string& driver, const std::vector<std::string>
     for (auto& a : argv_store) argvp.push_back(a.data());
     argvp.push_back(nullptr);
 
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) fail("leveldb: pipe: %s", std::strerror(errno));
+    int out_fds[2], err_fds[2] = {-1, -1};
+    if (pipe2(out_fds, O_CLOEXEC) != 0 || (keep_stderr && pipe2(err_fds, O_CLOEXEC) != 0))
+        fail("leveldb: pipe: %s", std::strerror(errno));
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, out_fds[1], STDOUT_FILENO);
+    if (keep_stderr) posix_spawn_file_actions_adddup2(&fa, err_fds[1], STDERR_FILENO);
     pid_t pid = 0;
+    std::fflush(nullptr);
     const int err = posix_spawn(&pid, driver.c_str(), &fa, nullptr, argvp.data(), envp.data());
     posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
+    close(out_fds[1]);
+    if (keep_stderr) close(err_fds[1]);
     if (err != 0) fail("leveldb: cannot run %s: %s", driver.c_str(), std::strerror(err));
-    std::string out;
+    child_output r;
+    pollfd pfds[2] = {{out_fds[0], POLLIN, 0}, {err_fds[0], POLLIN, 0}};
+    std::string* sinks[2] = {&r.out, &r.err};
+    int open_fds = keep_stderr ? 2 : 1;
     const double deadline = now_ns() + limit_s * 1e9;
-    for (;;) {
+    while (open_fds > 0) {
         const double left_ms = (deadline - now_ns()) / 1e6;
         if (left_ms <= 0) {
             kill(pid, SIGKILL);
             waitpid(pid, nullptr, 0);
-            fail("leveldb: %s %s did not finish within %.0f s (SPINDLE_LOCK=%s)", driver.c_str(),
-                 args.empty() ? "" : args.front().c_str(), limit_s, lock.empty() ? "(glibc)" : lock.c_str());
+            fail("leveldb: %s %s did not finish within %.0f s (%s)", driver.c_str(),
+                 args.empty() ? "" : args.front().c_str(), limit_s,
+                 lock.empty() ? "glibc" : ("SPINDLE_LOCK=" + lock).c_str());
         }
-        pollfd pfd{fds[0], POLLIN, 0};
-        const int k = poll(&pfd, 1, static_cast<int>(std::min(left_ms, 1000.0)) + 1);
+        const int k = poll(pfds, keep_stderr ? 2 : 1, static_cast<int>(std::min(left_ms, 1000.0)) + 1);
         if (k < 0 && errno != EINTR) fail("leveldb: poll: %s", std::strerror(errno));
         if (k <= 0) continue;
-        char buf[4096];
-        const ssize_t n = read(fds[0], buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) break;
-        out.append(buf, static_cast<std::size_t>(n));
+        for (int i = 0; i < 2; ++i) {
+            if (pfds[i].fd < 0 || pfds[i].revents == 0) continue;
+            char buf[4096];
+            const ssize_t n = read(pfds[i].fd, buf, sizeof buf);
+            if (n < 0 && errno == EINTR) continue;
+            if (n <= 0) {
+                close(pfds[i].fd);
+                pfds[i].fd = -1;
+                --open_fds;
+                continue;
+            }
+            sinks[i]->append(buf, static_cast<std::size_t>(n));
+        }
     }
-    close(fds[0]);
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) fail("leveldb: waitpid: %s", std::strerror(errno));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail("leveldb: %s failed (%s %d) under %s%s", driver.c_str(), WIFSIGNALED(status) ? "signal" : "status",
-             WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status),
-             lock.empty() ? "glibc" : ("SPINDLE_LOCK=" + lock).c_str(),
-             lock.empty() ? "" : (" with LD_PRELOAD=" + preload).c_str());
-    return out;
+    r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return r;
 }
 
-driver_output parse_driver(const std::string& out, const std::string& lock) {
-    driver_output d;
-    const std::size_t at = out.find("ops_per_s=");
-    const std::size_t from = out.find("mutex_from=");
-    if (at == std::string::npos || from == std::string::npos)
-        fail("leveldb: unexpected driver output under %s: '%s'", lock.empty() ? "glibc" : lock.c_str(), out.c_str());
-    d.ops_per_s = std::strtod(out.c_str() + at + 10, nullptr);
+// The driver's run, which must have succeeded.
+std::string driver_ok(const child_output& r, const std::string& what) {
+    if (r.status != 0)
+        fail("leveldb: the driver failed (%s %d) %s", r.status >= 128 ? "signal" : "status",
+             r.status >= 128 ? r.status - 128 : r.status, what.c_str());
+    return r.out;
+}
+
+// `field=value` from a driver's output line.
+std::string field(const std::string& out, const std::string& name) {
+    const std::size_t at = out.find(name + "=");
+    if (at == std::string::npos) fail("leveldb: no %s= in the driver's output '%s'", name.c_str(), out.c_str());
+    const std::size_t from = at + name.size() + 1;
     const std::size_t end = out.find_first_of(" \n", from);
-    d.mutex_from = out.substr(from + 11, end == std::string::npos ? std::string::npos : end - from - 11);
-    return d;
+    return out.substr(from, end == std::string::npos ? std::string::npos : end - from);
+}
+
+// One measurement: ops/s of the driver under `lock` (empty: glibc), checked
+// to have used that lock.
+double leveldb_measure(const std::string& driver, const std::vector<std::string>& args, const std::string& preload,
+                       const std::string& lock, double limit_s) {
+    const std::string what = lock.empty() ? "under glibc" : "under SPINDLE_LOCK=" + lock + " LD_PRELOAD=" + preload;
+    const std::string out = driver_ok(run_driver(driver, args, preload, lock, limit_s), what);
+    const std::string from = field(out, "mutex_from"), used = field(out, "lock");
+    if (lock.empty() ? from.find("spindle") != std::string::npos || used != "glibc"
+                     : from.find("spindle_preload") == std::string::npos || used != lock)
+        fail("leveldb: %s, pthread_mutex_lock came from %s and the lock was %s", what.c_str(), from.c_str(),
+             used.c_str());
+    return std::strtod(field(out, "ops_per_s").c_str(), nullptr);
+}
+
+// The SPINDLE_LOCK values the library offers: it names them when given one
+// it does not know ("... is not valid; valid values: hemlock, mcs, ..."); if
+// that message cannot be read, the candidates it accepts (one probe each).
+std::vector<std::string> preload_values(const std::string& driver, const std::string& preload) {
+    const child_output bad = run_driver(driver, {"--probe"}, preload, "spindle-bench-no-such-lock", 30, true);
+    const std::string tag = "valid values: ";
+    const std::size_t at = bad.err.find(tag);
+    std::vector<std::string> v;
+    if (bad.status != 0 && at != std::string::npos) {
+        std::string list = bad.err.substr(at + tag.size());
+        list = list.substr(0, list.find('\n'));
+        for (std::string& name : parse_names(list)) {
+            const std::size_t b = name.find_first_not_of(' '), e = name.find_last_not_of(' ');
+            if (b != std::string::npos) v.push_back(name.substr(b, e - b + 1));
+        }
+    }
+    if (!v.empty()) return v;
+    std::fprintf(stderr, "locks/leveldb: the preload library did not list its locks; probing the usual names\n");
+    for (const std::string& l : candidate_preload_locks) {
+        const child_output r = run_driver(driver, {"--probe"}, preload, l, 30, true);
+        if (r.status == 0 && r.out.find("lock=" + l) != std::string::npos) v.push_back(l);
+    }
+    return v;
 }
 
 void bench_leveldb(harness& h, const run_options& o) {
@@ -610,16 +669,23 @@ void bench_leveldb(harness& h, const run_options& o) {
                      driver.c_str());
         return;
     }
-    const std::string preload =
-        o.preload.empty() ? exe_dir() + "/../preload/libspindle_preload.so" : o.preload;
+    std::string preload = o.preload.empty() ? exe_dir() + "/../preload/libspindle_preload.so" : o.preload;
     std::error_code ec;
-    const std::string preload_abs = std::filesystem::weakly_canonical(preload, ec).string();
+    if (auto c = std::filesystem::weakly_canonical(preload, ec); !ec) preload = c.string();
     const bool have_preload = access(preload.c_str(), R_OK) == 0;
-    if (!have_preload)
+    std::vector<std::string> locks;
+    if (!have_preload) {
         std::fprintf(stderr,
                      "locks/leveldb: SKIPPED the spindle locks: no preload library at %s (build preload/, or name it "
                      "with --preload PATH or SPINDLE_PRELOAD_LIB); measuring glibc alone\n",
                      preload.c_str());
+    } else {
+        for (const std::string& l : o.preload_locks.empty() ? preload_values(driver, preload) : o.preload_locks)
+            if (lock_wanted(o, l == "pthread" ? "preload_pthread" : l)) locks.push_back(l);
+        std::string list;
+        for (auto& l : locks) list += (list.empty() ? "" : ", ") + l;
+        std::fprintf(stderr, "locks/leveldb: SPINDLE_LOCK values: %s\n", list.c_str());
+    }
 
     std::string tmpl = (std::filesystem::temp_directory_path() / "spindle-bench-leveldb-XXXXXX").string();
     if (mkdtemp(tmpl.data()) == nullptr) fail("leveldb: mkdtemp %s: %s", tmpl.c_str(), std::strerror(errno));
@@ -627,54 +693,37 @@ void bench_leveldb(harness& h, const run_options& o) {
     const std::string db = tmpl + "/db";
     const unsigned entries = h.quick() ? 100'000 : 1'000'000;
     const double t_fill = now_ns();
-    (void)run_driver(driver, {"--db", db, "--fill", "--entries", std::to_string(entries)}, "", "", 600);
+    driver_ok(run_driver(driver, {"--db", db, "--fill", "--entries", std::to_string(entries)}, "", "", 600),
+              "filling the database");
     std::fprintf(stderr, "locks/leveldb: filled %u entries in %.1f s\n", entries, (now_ns() - t_fill) / 1e9);
 
     std::vector<unsigned> ts = o.leveldb_threads;
     if (ts.empty()) ts = h.quick() ? std::vector<unsigned>{1, 2} : std::vector<unsigned>{1, 2, 4, 8};
     const double seconds = o.leveldb_seconds > 0 ? o.leveldb_seconds : (h.quick() ? 0.2 : 1.0);
     const unsigned warmup_ms = h.quick() ? 50 : 200;
-    std::vector<std::string> locks;
-    if (have_preload)
-        for (const std::string& l : o.preload_locks.empty() ? default_preload_locks() : o.preload_locks)
-            if (lock_wanted(o, l == "pthread" ? "preload_pthread" : l)) locks.push_back(l);
     const std::string common = "LevelDB " + std::to_string(entries) +
                                " entries (16-byte keys, 100-byte values), readrandom for " +
                                param::number(seconds) + " s after " + std::to_string(warmup_ms) +
                                " ms of warm-up, block cache holding the whole database; one driver process per "
                                "measurement";
     for (unsigned t : ts) {
-        std::vector<std::string> args{"--db",      db, "--threads", std::to_string(t), "--seconds",
-                                      param::number(seconds), "--warmup-ms", std::to_string(warmup_ms),
-                                      "--entries", std::to_string(entries)};
+        const std::vector<std::string> args{"--db",        db,
+                                            "--threads",   std::to_string(t),
+                                            "--seconds",   param::number(seconds),
+                                            "--warmup-ms", std::to_string(warmup_ms),
+                                            "--entries",   std::to_string(entries)};
         const double limit_s = 60 + 4 * seconds;
         std::vector<variant> vs;
         vs.push_back(variant(
-            "glibc",
-            [=] {
-                driver_output d = parse_driver(run_driver(driver, args, preload_abs, "", limit_s), "");
-                if (d.mutex_from.find("spindle") != std::string::npos)
-                    fail("leveldb: the glibc run's pthread_mutex_lock came from %s", d.mutex_from.c_str());
-                return d.ops_per_s;
-            },
-            true,
+            "glibc", [=] { return leveldb_measure(driver, args, preload, "", limit_s); }, true,
             "plain glibc pthread mutexes (no LD_PRELOAD); " + common +
                 (have_preload ? "" : "; the preload library was not built: spindle's locks not measured")));
-        for (const std::string& l : locks) {
-            const std::string name = l == "pthread" ? "preload_pthread" : l;
+        for (const std::string& l : locks)
             vs.push_back(variant(
-                name,
-                [=] {
-                    driver_output d = parse_driver(run_driver(driver, args, preload_abs, l, limit_s), l);
-                    if (d.mutex_from.find("spindle_preload") == std::string::npos)
-                        fail("leveldb: under LD_PRELOAD=%s, pthread_mutex_lock came from %s, not the preload library",
-                             preload_abs.c_str(), d.mutex_from.c_str());
-                    return d.ops_per_s;
-                },
-                false,
+                l == "pthread" ? "preload_pthread" : l,
+                [=] { return leveldb_measure(driver, args, preload, l, limit_s); }, false,
                 "LD_PRELOAD=libspindle_preload.so SPINDLE_LOCK=" + l +
                     (l == "pthread" ? " (pass-through to glibc: the interposition's own cost)" : "")));
-        }
         g_leveldb_results[t] = h.compare("leveldb", {{"threads", t}}, {"ops_per_s", true}, vs, h.reps(3, 5));
     }
     remove_tmp_dir();
