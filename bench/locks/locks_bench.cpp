@@ -90,6 +90,12 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/arch/context.hpp>
+#if __has_include(<spindle/locks/locks.hpp>)
+#include <spindle/locks/locks.hpp>
+#define SPINDLE_BENCH_HAVE_LOCKS 1
+#else
+#define SPINDLE_BENCH_HAVE_LOCKS 0
+#endif
 
 #include <algorithm>
 #include <atomic>
@@ -171,7 +177,7 @@ private:
     pthread_mutex_t m_ = PTHREAD_MUTEX_INITIALIZER;
 };
 
-// A test-and-set spin lock, here until the lock library's lands.
+// A test-and-test-and-set spin lock, for builds without the lock library.
 class local_tas {
 public:
     void lock() noexcept {
@@ -195,6 +201,70 @@ const char* waits_name(waits w) {
     }
     return "?";
 }
+
+// ---------------------------------------------------------------------------
+// Space
+
+// What a lock costs in memory, as the Hemlock paper's Table 1 counts it:
+// the lock itself, the state every thread that uses it keeps (whether or not
+// it holds anything), and what each held lock and each waiting thread adds.
+// All from sizeof of the types the lock headers name for that state.
+struct space_row {
+    std::size_t lock = 0, per_thread = 0, per_held_lock = 0, per_waiter = 0;
+    std::string note;
+};
+
+template <class Lock>
+struct space_of {
+    static space_row get() { return {sizeof(Lock), 0, 0, 0, "no state outside the lock"}; }
+};
+
+template <>
+struct space_of<pthread_lock> {
+    static space_row get() {
+        return {sizeof(pthread_mutex_t), 0, 0, 0,
+                "pthread_mutex_t (glibc: a futex word, owner, count, kind, spins; waiters sleep in the kernel)"};
+    }
+};
+template <>
+struct space_of<std::mutex> {
+    static space_row get() { return {sizeof(std::mutex), 0, 0, 0, "std::mutex: a pthread_mutex_t (libstdc++)"}; }
+};
+
+#if SPINDLE_BENCH_HAVE_LOCKS
+// Hemlock: one Grant word per thread, alone on its cache line (per variant
+// the thread uses); nothing per held lock or waiter.
+template <spindle::hemlock_variant V, class Wait, class Env>
+struct space_of<spindle::basic_hemlock<V, Wait, Env>> {
+    static space_row get() {
+        return {sizeof(spindle::basic_hemlock<V, Wait, Env>), sizeof(typename Env::grant), 0, 0,
+                "per thread: its Grant word, alone on a cache line (thread-local, one per Hemlock variant used)"};
+    }
+};
+
+// MCS and CLH: a queue node per held lock and per waiter, from a per-thread
+// cache (its head and counts always; up to node_cache_limit nodes in it).
+inline std::string node_note() {
+    return "per held lock and per waiter: one queue node; per thread: its node cache's head (plus up to " +
+           std::to_string(spindle::detail::node_cache_limit) + " cached nodes, " +
+           std::to_string(spindle::detail::node_cache_limit * sizeof(spindle::detail::queue_node)) +
+           " bytes, once it has used them)";
+}
+template <class Wait>
+struct space_of<spindle::basic_mcs_lock<Wait>> {
+    static space_row get() {
+        return {sizeof(spindle::basic_mcs_lock<Wait>), sizeof(spindle::detail::node_cache),
+                sizeof(spindle::detail::queue_node), sizeof(spindle::detail::queue_node), node_note()};
+    }
+};
+template <class Wait>
+struct space_of<spindle::basic_clh_lock<Wait>> {
+    static space_row get() {
+        return {sizeof(spindle::basic_clh_lock<Wait>), sizeof(spindle::detail::node_cache),
+                sizeof(spindle::detail::queue_node), sizeof(spindle::detail::queue_node), node_note()};
+    }
+};
+#endif
 
 // ---------------------------------------------------------------------------
 // Busy work
@@ -370,24 +440,60 @@ struct lock_entry {
     std::string name;
     waits how;
     double (*measure)(const setup&, const char*);
+    space_row (*space)();
     std::string note;
 };
 
 template <class Lock>
 lock_entry entry(std::string name, waits how, std::string note) {
-    return {std::move(name), how, &measure_lock<Lock>, std::move(note)};
+    return {std::move(name), how, &measure_lock<Lock>, &space_of<Lock>::get, std::move(note)};
 }
 
+#if SPINDLE_BENCH_HAVE_LOCKS
+// A lock of the library: its variant name is its type's name without the
+// namespace and a trailing "_lock" (spindle::mcs_park_lock -> mcs_park).
+template <class Lock>
+lock_entry library_lock() {
+    std::string name = Lock::name;
+    if (name.rfind("spindle::", 0) == 0) name.erase(0, 9);
+    if (name.size() > 5 && name.compare(name.size() - 5, 5, "_lock") == 0) name.erase(name.size() - 5);
+    const std::string note = std::string(Lock::name) + ", " + std::to_string(sizeof(Lock)) + " bytes, " +
+                             (Lock::is_fifo ? "FIFO" : "not fair");
+    return entry<Lock>(name, Lock::parks ? waits::spin_then_park : waits::spin, note);
+}
+#endif
+
+// Every competitor, the reference first.
 std::vector<lock_entry> all_locks() {
     std::vector<lock_entry> v;
+#if SPINDLE_BENCH_HAVE_LOCKS
+    v.push_back(library_lock<spindle::hemlock>());
+    v.push_back(library_lock<spindle::hemlock_naive>());
+    v.push_back(library_lock<spindle::hemlock_overlap>());
+    v.push_back(library_lock<spindle::hemlock_aho>());
+    v.push_back(library_lock<spindle::mcs_lock>());
+    v.push_back(library_lock<spindle::clh_lock>());
+    v.push_back(library_lock<spindle::ticket_lock>());
+    v.push_back(library_lock<spindle::tas_lock>());
+    v.push_back(library_lock<spindle::ttas_lock>());
+    v.push_back(library_lock<spindle::hemlock_park>());
+    v.push_back(library_lock<spindle::hemlock_naive_park>());
+    v.push_back(library_lock<spindle::hemlock_overlap_park>());
+    v.push_back(library_lock<spindle::hemlock_aho_park>());
+    v.push_back(library_lock<spindle::mcs_park_lock>());
+    v.push_back(library_lock<spindle::clh_park_lock>());
+    v.push_back(library_lock<spindle::ticket_park_lock>());
+    v.push_back(library_lock<spindle::tas_park_lock>());
+    v.push_back(library_lock<spindle::ttas_park_lock>());
+#else
     v.push_back(entry<local_tas>("tas", waits::spin, "test-and-test-and-set written in this program"));
+#endif
     v.push_back(entry<pthread_lock>("pthread", waits::os, "pthread_mutex_t, default attributes (glibc)"));
     v.push_back(entry<std::mutex>("std_mutex", waits::os, "std::mutex (libstdc++ over the glibc mutex)"));
     return v;
 }
 
-// The reference of mutexbench: hemlock where it exists.
-std::string g_reference = "pthread";
+std::string g_reference = SPINDLE_BENCH_HAVE_LOCKS ? "hemlock" : "pthread";
 
 // ---------------------------------------------------------------------------
 // Options
@@ -495,6 +601,22 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
             if (oversub) ps.push_back({"cpus", g_cpus});
             const metric m = s.latency ? metric{"ns_per_op", false} : metric{"ops_per_s", true};
             res.by_key[key(workload, t, sec)] = h.compare(workload, ps, m, vs, h.reps(5, 9));
+        }
+}
+
+// ---------------------------------------------------------------------------
+// space
+
+void bench_space(harness& h, const run_options& o) {
+    const metric bytes{"bytes", false};
+    const char* parts[] = {"lock", "per_thread", "per_held_lock", "per_waiter"};
+    for (int part = 0; part < 4; ++part)
+        for (const lock_entry& e : all_locks()) {
+            if (!lock_wanted(o, e.name)) continue;
+            const space_row r = e.space();
+            const std::size_t v = part == 0 ? r.lock : part == 1 ? r.per_thread : part == 2 ? r.per_held_lock : r.per_waiter;
+            summary s = harness::summarize(e.name, {static_cast<double>(v)});
+            h.report("space", {{"part", parts[part]}}, bytes, s, e.name == g_reference, part == 0 ? r.note : "");
         }
 }
 
@@ -901,6 +1023,7 @@ int main(int argc, char** argv) {
     results res;
     if (h.wants("mutexbench")) bench_mutex(h, o, res, "mutexbench");
     if (h.wants("oversubscribed")) bench_mutex(h, o, res, "oversubscribed");
+    if (h.wants("space")) bench_space(h, o);
     if (h.wants("leveldb")) bench_leveldb(h, o);
     print_targets(res, o);
     return 0;
