@@ -63,10 +63,16 @@
 //                   when the preload library or the driver is not built.
 //
 // Competitors, all in this one program and interleaved by the harness:
-// every lock of the spindle lock library (variant = its name without
-// "_lock"), `pthread` (pthread_mutex_t, default attributes: glibc's
-// spin-free futex mutex), `std_mutex` (std::mutex: the same pthread mutex
-// behind libstdc++'s inline wrapper).
+// every lock of the spindle lock library, named as its type without the
+// namespace and a trailing "_lock" -- hemlock (the reference of mutexbench
+// and space), hemlock_naive, hemlock_overlap, hemlock_aho, mcs, clh, ticket,
+// tas, ttas, and their spin-then-park twins (hemlock_park, ...,
+// ttas_park) -- tclock and tclock_blocking (TCLocks: a contended section
+// runs on the combiner's thread; the loop's sections touch only the shared
+// lines, which is what delegation is for), `pthread` (pthread_mutex_t,
+// default attributes: glibc's futex mutex; the reference of oversubscribed)
+// and `std_mutex` (std::mutex: the same mutex behind libstdc++'s inline
+// wrapper).
 //
 // Command line: the harness's (--out, --quick, --full, --reps, --only) and
 //   --threads LIST                 mutexbench thread counts
@@ -90,12 +96,8 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/arch/context.hpp>
-#if __has_include(<spindle/locks/locks.hpp>)
 #include <spindle/locks/locks.hpp>
-#define SPINDLE_BENCH_HAVE_LOCKS 1
-#else
-#define SPINDLE_BENCH_HAVE_LOCKS 0
-#endif
+#include <spindle/locks/tclock.hpp>
 
 #include <algorithm>
 #include <atomic>
@@ -177,19 +179,6 @@ private:
     pthread_mutex_t m_ = PTHREAD_MUTEX_INITIALIZER;
 };
 
-// A test-and-test-and-set spin lock, for builds without the lock library.
-class local_tas {
-public:
-    void lock() noexcept {
-        while (held_.exchange(true, std::memory_order_acquire))  // pairs with unlock's release
-            while (held_.load(std::memory_order_relaxed)) spindle::arch::cpu_relax();
-    }
-    void unlock() noexcept { held_.store(false, std::memory_order_release); }
-
-private:
-    std::atomic<bool> held_{false};
-};
-
 // How a lock waits, for the oversubscribed comparison and the notes.
 enum class waits { spin, spin_then_park, os };
 
@@ -231,7 +220,6 @@ struct space_of<std::mutex> {
     static space_row get() { return {sizeof(std::mutex), 0, 0, 0, "std::mutex: a pthread_mutex_t (libstdc++)"}; }
 };
 
-#if SPINDLE_BENCH_HAVE_LOCKS
 // Hemlock: one Grant word per thread, alone on its cache line (per variant
 // the thread uses); nothing per held lock or waiter.
 template <spindle::hemlock_variant V, class Wait, class Env>
@@ -264,7 +252,22 @@ struct space_of<spindle::basic_clh_lock<Wait>> {
                 sizeof(spindle::detail::queue_node), sizeof(spindle::detail::queue_node), node_note()};
     }
 };
-#endif
+
+// TCLocks: nothing static per thread that the header names; a thread's
+// first contended lock() maps its ephemeral stack, on which it waits (its
+// queue entry and saved context live there).
+inline std::string tclock_note() {
+    return "per thread: a 256 KiB ephemeral stack with a guard page, mapped on its first contended lock() "
+           "(tclock.hpp; not counted here: not a sizeof); a waiter's queue entry and context live on it";
+}
+template <>
+struct space_of<spindle::tclock> {
+    static space_row get() { return {sizeof(spindle::tclock), 0, 0, 0, tclock_note()}; }
+};
+template <>
+struct space_of<spindle::tclock_blocking> {
+    static space_row get() { return {sizeof(spindle::tclock_blocking), 0, 0, 0, tclock_note()}; }
+};
 
 // ---------------------------------------------------------------------------
 // Busy work
@@ -449,7 +452,6 @@ lock_entry entry(std::string name, waits how, std::string note) {
     return {std::move(name), how, &measure_lock<Lock>, &space_of<Lock>::get, std::move(note)};
 }
 
-#if SPINDLE_BENCH_HAVE_LOCKS
 // A lock of the library: its variant name is its type's name without the
 // namespace and a trailing "_lock" (spindle::mcs_park_lock -> mcs_park).
 template <class Lock>
@@ -461,12 +463,10 @@ lock_entry library_lock() {
                              (Lock::is_fifo ? "FIFO" : "not fair");
     return entry<Lock>(name, Lock::parks ? waits::spin_then_park : waits::spin, note);
 }
-#endif
 
 // Every competitor, the reference first.
 std::vector<lock_entry> all_locks() {
     std::vector<lock_entry> v;
-#if SPINDLE_BENCH_HAVE_LOCKS
     v.push_back(library_lock<spindle::hemlock>());
     v.push_back(library_lock<spindle::hemlock_naive>());
     v.push_back(library_lock<spindle::hemlock_overlap>());
@@ -485,15 +485,18 @@ std::vector<lock_entry> all_locks() {
     v.push_back(library_lock<spindle::ticket_park_lock>());
     v.push_back(library_lock<spindle::tas_park_lock>());
     v.push_back(library_lock<spindle::ttas_park_lock>());
-#else
-    v.push_back(entry<local_tas>("tas", waits::spin, "test-and-test-and-set written in this program"));
-#endif
+    v.push_back(entry<spindle::tclock>("tclock", waits::spin,
+                                       "spindle::tclock (TCLock-SP: waiters spin and yield; contended sections "
+                                       "are run by a combiner), 16 bytes, not fair"));
+    v.push_back(entry<spindle::tclock_blocking>(
+        "tclock_blocking", waits::spin_then_park,
+        "spindle::tclock_blocking (TCLock-B: waiters spin, then sleep), 16 bytes, not fair"));
     v.push_back(entry<pthread_lock>("pthread", waits::os, "pthread_mutex_t, default attributes (glibc)"));
     v.push_back(entry<std::mutex>("std_mutex", waits::os, "std::mutex (libstdc++ over the glibc mutex)"));
     return v;
 }
 
-std::string g_reference = SPINDLE_BENCH_HAVE_LOCKS ? "hemlock" : "pthread";
+std::string g_reference = "hemlock";
 
 // ---------------------------------------------------------------------------
 // Options
