@@ -80,7 +80,7 @@
 //                                  CS_LINES:NCS_NS (e.g. 0:0,2:200)
 //   --oversubscribed-threads N     default 4x the CPUs
 //   --window-ms N                  one measurement's window (default: quick
-//                                  40 ms, oversubscribed 100 ms; full 2.5x)
+//                                  40 ms, oversubscribed 60 ms; full 2.5x)
 //   --locks LIST                   only these variants (any workload)
 //   --leveldb-threads LIST         leveldb thread counts
 //   --leveldb-seconds S            one leveldb measurement's window
@@ -579,7 +579,7 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
         if (h.quick()) secs = {{0, 0}, {2, 200}};
         else secs = {{0, 0}, {1, 200}, {4, 200}, {16, 200}};
     }
-    double window_ms = o.window_ms > 0 ? o.window_ms : (oversub ? 100 : 40) * (h.full() ? 2.5 : 1);
+    double window_ms = o.window_ms > 0 ? o.window_ms : (oversub ? 60 : 40) * (h.full() ? 2.5 : 1);
     const std::string reference = oversub ? std::string("pthread") : g_reference;
     for (const section& sec : secs)
         for (unsigned t : ts) {
@@ -587,13 +587,13 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
             s.threads = t;
             s.sec = sec;
             s.window_ns = window_ms * 1e6;
-            s.warmup_ns = oversub ? 20e6 : 5e6;
+            s.warmup_ns = oversub ? 10e6 : 5e6;
             s.latency = t == 1;
             std::vector<variant> vs;
             for (const lock_entry& e : all_locks()) {
                 if (!lock_wanted(o, e.name)) continue;
                 const bool ref = e.name == reference;
-                std::string note = e.note + " (" + waits_name(e.how) + ")";
+                std::string note = e.note + "; waits: " + waits_name(e.how);
                 if (ref) note += "; " + section_note(sec);
                 const std::string who = workload + "/" + e.name;
                 auto fn = e.measure;
