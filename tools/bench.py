@@ -787,9 +787,10 @@ def _span_is_large(values: Sequence[float]) -> bool:
             and max(values) / min(values) > LOG_SCALE_SPAN)
 
 
-def _subplot_grid(plt: Any, n: int, width: float, height: float) -> tuple[Any, list]:
-    """A figure with n panels, up to three per row; unused panels hidden."""
-    ncols = min(n, 3)
+def _subplot_grid(plt: Any, n: int, width: float, height: float,
+                  max_cols: int = 3) -> tuple[Any, list]:
+    """A figure with n panels, up to max_cols per row; unused panels hidden."""
+    ncols = min(n, max_cols)
     nrows = math.ceil(n / ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows),
                              squeeze=False)
@@ -873,10 +874,19 @@ def plot_sweep(plt: Any, view: WorkloadView, sweep: Sweep, path: Path) -> None:
     plt.close(fig)
 
 
+# A bar panel with more bars than this gets wider, fewer panels per row and
+# upright value labels (the locks suite compares twenty-odd locks).
+MANY_BARS = 8
+
+
 def plot_bars(plt: Any, view: WorkloadView, path: Path) -> None:
     """Bar chart of medians per variant (min–max as error bars), one panel
     per comparison group; the reference bar is highlighted."""
-    fig, axes = _subplot_grid(plt, len(view.groups), 5.2, 4.2)
+    most = max(len(g.records) for g in view.groups)
+    many = most > MANY_BARS
+    fig, axes = _subplot_grid(plt, len(view.groups),
+                              max(5.2, 0.38 * most), 4.8 if many else 4.2,
+                              max_cols=2 if many else 3)
     for ax, group in zip(axes, view.groups):
         ref = group.reference
         recs = group.records
@@ -888,14 +898,16 @@ def plot_bars(plt: Any, view: WorkloadView, path: Path) -> None:
                ecolor="0.3")
         for i, r in enumerate(recs):  # the median, just above the max
             ax.annotate(fmt_num(r["median"]), (i, r["max"]), xytext=(0, 3),
-                        textcoords="offset points", ha="center", fontsize="small")
+                        textcoords="offset points", ha="center",
+                        va="bottom", rotation=90 if many else 0,
+                        fontsize="x-small" if many else "small")
         ax.set_xticks(range(len(recs)),
                       [f"{r['variant']} (ref)" if r is ref else r["variant"]
                        for r in recs],
-                      rotation=30, ha="right", fontsize="small")
+                      rotation=30 if not many else 60, ha="right", fontsize="small")
         if _span_is_large(medians):
             ax.set_yscale("log")
-        ax.margins(y=0.12)  # room for the labels above the bars
+        ax.margins(y=0.3 if many else 0.12)  # room for the labels above the bars
         ax.set_ylabel(metric_unit(view.metric))
         ax.set_title(fmt_params(group.params), fontsize="medium")
         ax.grid(True, axis="y", alpha=0.3)
