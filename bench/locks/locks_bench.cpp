@@ -613,14 +613,22 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
 void bench_space(harness& h, const run_options& o) {
     const metric bytes{"bytes", false};
     const char* parts[] = {"lock", "per_thread", "per_held_lock", "per_waiter"};
-    for (int part = 0; part < 4; ++part)
+    for (int part = 0; part < 4; ++part) {
+        std::vector<std::string> notes_given;  // a family's note once, on its first lock
         for (const lock_entry& e : all_locks()) {
             if (!lock_wanted(o, e.name)) continue;
             const space_row r = e.space();
-            const std::size_t v = part == 0 ? r.lock : part == 1 ? r.per_thread : part == 2 ? r.per_held_lock : r.per_waiter;
-            summary s = harness::summarize(e.name, {static_cast<double>(v)});
-            h.report("space", {{"part", parts[part]}}, bytes, s, e.name == g_reference, part == 0 ? r.note : "");
+            const std::size_t v =
+                part == 0 ? r.lock : part == 1 ? r.per_thread : part == 2 ? r.per_held_lock : r.per_waiter;
+            std::string note;
+            if (part == 0 && std::find(notes_given.begin(), notes_given.end(), r.note) == notes_given.end()) {
+                notes_given.push_back(r.note);
+                note = r.note;
+            }
+            h.report("space", {{"part", parts[part]}}, bytes, harness::summarize(e.name, {static_cast<double>(v)}),
+                     e.name == g_reference, note);
         }
+    }
 }
 
 // ---------------------------------------------------------------------------
