@@ -15,12 +15,24 @@
 //                         ns (a calibrated empty loop; the draw is a
 //                         per-thread splitmix64). ncs_ns = 0: none.
 // cs_lines = 0 with ncs_ns = 0 is the Hemlock paper's maximum contention:
-// with T >= 2 the lock is wanted again the moment it is released, so every
-// operation is a handoff and the figure is the cost of moving the lock word
-// (and, for queue locks, the successor's flag) between CPUs. With a critical
-// and a non-critical section the lock is contended part of the time and the
-// lines it protects move with it. With one thread nothing is contended: the
-// figure is the uncontended lock + unlock latency (plus the sections).
+// with T >= 2 the lock is wanted again the moment it is released. A FIFO
+// lock (ticket, the queue locks, Hemlock) then hands over on every
+// operation, and the figure is the cost of moving the lock word and the
+// successor's flag between CPUs; an unfair one (tas, ttas, tclock's fast
+// path, pthread) lets the releasing thread take it straight back, so its
+// figure is closer to its uncontended cost. With a critical and a
+// non-critical section the lock is contended part of the time and the lines
+// it protects move with it. With one thread nothing is contended: the figure
+// is the uncontended lock + unlock latency (plus the sections).
+//
+// Preemption. A FIFO spin lock whose next owner has lost its CPU stops every
+// thread behind it until that thread runs again (a time slice, milliseconds),
+// so with more threads than CPUs -- oversubscribed, by design, or 2 threads
+// on 2 CPUs that other processes are also using -- pure spinning collapses
+// to a few thousand operations per second. Spin-then-park locks and the
+// unfair ones do not. On a shared machine, read the contended figures of the
+// FIFO spin locks with that in mind: a round in which another process took a
+// CPU shows up as a collapse of those locks only.
 //
 // Placement. The lock lives alone on its own 128-byte block (two cache lines:
 // the adjacent-line prefetcher pairs them), as does each shared line, each
@@ -46,8 +58,7 @@
 //                   (2, 200)} (quick) or more (full; --sections LIST).
 //                   Metric: T = 1: ns_per_op (uncontended latency); T >= 2:
 //                   ops_per_s (throughput of all threads together).
-//                   Reference: hemlock (pthread while the lock library is
-//                   absent).
+//                   Reference: hemlock.
 //   oversubscribed  the same with 4x as many threads as CPUs (8 on 2 CPUs;
 //                   --oversubscribed-threads N); ops_per_s. Spin-then-park
 //                   locks against pure spinning and pthread (the reference).
