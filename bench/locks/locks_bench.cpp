@@ -91,7 +91,7 @@
 //                                  CS_LINES:NCS_NS (e.g. 0:0,2:200)
 //   --oversubscribed-threads N     default 4x the CPUs
 //   --window-ms N                  one measurement's window (default: quick
-//                                  40 ms, oversubscribed 60 ms; full 2.5x)
+//                                  30 ms, oversubscribed 50 ms; full 3x)
 //   --locks LIST                   only these variants (any workload)
 //   --leveldb-threads LIST         leveldb thread counts
 //   --leveldb-seconds S            one leveldb measurement's window
@@ -590,7 +590,7 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
         if (h.quick()) secs = {{0, 0}, {2, 200}};
         else secs = {{0, 0}, {1, 200}, {4, 200}, {16, 200}};
     }
-    double window_ms = o.window_ms > 0 ? o.window_ms : (oversub ? 60 : 40) * (h.full() ? 2.5 : 1);
+    double window_ms = o.window_ms > 0 ? o.window_ms : (oversub ? 50 : 30) * (h.full() ? 3 : 1);
     const std::string reference = oversub ? std::string("pthread") : g_reference;
     for (const section& sec : secs)
         for (unsigned t : ts) {
@@ -843,8 +843,8 @@ void bench_leveldb(harness& h, const run_options& o) {
 
     std::vector<unsigned> ts = o.leveldb_threads;
     if (ts.empty()) ts = h.quick() ? std::vector<unsigned>{1, 2} : std::vector<unsigned>{1, 2, 4, 8};
-    const double seconds = o.leveldb_seconds > 0 ? o.leveldb_seconds : (h.quick() ? 0.2 : 1.0);
-    const unsigned warmup_ms = h.quick() ? 50 : 200;
+    const double seconds = o.leveldb_seconds > 0 ? o.leveldb_seconds : (h.quick() ? 0.1 : 1.0);
+    const unsigned warmup_ms = h.quick() ? 40 : 200;
     const std::string common = "LevelDB " + std::to_string(entries) +
                                " entries (16-byte keys, 100-byte values), readrandom for " +
                                param::number(seconds) + " s after " + std::to_string(warmup_ms) +
@@ -868,7 +868,7 @@ void bench_leveldb(harness& h, const run_options& o) {
                 [=] { return leveldb_measure(driver, args, preload, l, limit_s); }, false,
                 "LD_PRELOAD=libspindle_preload.so SPINDLE_LOCK=" + l +
                     (l == "pthread" ? " (pass-through to glibc: the interposition's own cost)" : "")));
-        g_leveldb_results[t] = h.compare("leveldb", {{"threads", t}}, {"ops_per_s", true}, vs, h.reps(3, 5));
+        g_leveldb_results[t] = h.compare("leveldb", {{"threads", t}}, {"ops_per_s", true}, vs, h.reps(5, 7));
     }
     remove_tmp_dir();
 }
