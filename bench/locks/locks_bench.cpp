@@ -95,9 +95,8 @@
 //   --locks LIST                   only these variants (any workload)
 //   --leveldb-threads LIST         leveldb thread counts
 //   --leveldb-seconds S            one leveldb measurement's window
-//   --preload PATH                 libspindle_preload.so (default: the build's
-//                                  preload/ next to bench/; or
-//                                  SPINDLE_PRELOAD_LIB)
+//   --preload PATH                 libspindle_preload.so (default: SPINDLE_PRELOAD_LIB,
+//                                  else the one this build made)
 //   --preload-locks LIST           the SPINDLE_LOCK values to measure
 //                                  (default: every one the library has)
 //   --leveldb-driver PATH          default: next to this program
@@ -813,7 +812,12 @@ void bench_leveldb(harness& h, const run_options& o) {
                      driver.c_str());
         return;
     }
-    std::string preload = o.preload.empty() ? exe_dir() + "/../preload/libspindle_preload.so" : o.preload;
+#ifdef SPINDLE_BENCH_PRELOAD_LIBRARY
+    const std::string built = SPINDLE_BENCH_PRELOAD_LIBRARY;
+#else
+    const std::string built = exe_dir() + "/../preload/libspindle_preload.so";
+#endif
+    std::string preload = o.preload.empty() ? built : o.preload;
     std::error_code ec;
     if (auto c = std::filesystem::weakly_canonical(preload, ec); !ec) preload = c.string();
     const bool have_preload = access(preload.c_str(), R_OK) == 0;
