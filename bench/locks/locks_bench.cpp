@@ -46,11 +46,16 @@
 // relaxed store to its own line, which stays in its cache: no clock read or
 // shared write per operation) and checks the stop flag after every operation
 // (a load of a line only the main thread writes, once). So 1-thread latency
-// resolves to about a nanosecond, and a lock that collapses -- a FIFO spin
+// resolves to about a nanosecond (it is taken over the thread's own CPU time
+// in the window, CLOCK_THREAD_CPUTIME_ID, so that time another process took
+// from its CPU does not count as latency), and a lock that collapses -- a FIFO spin
 // lock whose next owner is preempted -- still ends on time: the window is
 // fixed, the figure is what was done in it, and the threads then only have
 // to finish the operation they are in (a run that has not stopped within
-// `stop_cap` fails rather than hang).
+// `stop_cap` fails rather than hang). Contended figures are over wall time;
+// beside each comparison the program prints the CPU time its threads got in
+// the windows, as a share of min(T, CPUs) CPUs: below 100%, other processes
+// (or an unlucky placement of two threads on one CPU) were in the way.
 //
 // Workloads (records: suite "locks"):
 //   mutexbench      T in {1, 2} (--quick) or 1, 2, 4, 8, 16, ... (--full;
@@ -168,6 +173,8 @@ void remove_tmp_dir();
 // Two cache lines: the adjacent-line prefetcher fetches 128-byte pairs, so a
 // neighbour within 128 bytes would still share traffic.
 constexpr std::size_t block = 2 * spindle::arch::cache_line;
+
+unsigned g_cpus = 1;  // hardware_concurrency
 
 // A run that has not stopped this long after its window ended fails.
 constexpr double stop_cap_ns = 30e9;
@@ -348,7 +355,29 @@ struct alignas(block) lock_home {
 struct run_result {
     std::uint64_t ops = 0;
     double window_ns = 0;
+    double cpu_share = 0;  // CPU time the threads got in the window / what min(T, CPUs) CPUs give
 };
+
+// The CPU shares of the measurements since the last take_cpu_shares(): the
+// harness calls the measure functions, this collects what they saw beside
+// their figure. Only where every thread is always runnable -- one thread, or
+// a lock whose waiters spin -- does a share below 1 mean that something else
+// had the CPU (a waiter that sleeps in a parking lock, pthread or std::mutex
+// uses no CPU by design).
+std::vector<double> g_cpu_shares;
+double g_last_cpu_share = 0;  // of the last measurement
+
+std::vector<double> take_cpu_shares() {
+    std::vector<double> v;
+    v.swap(g_cpu_shares);
+    return v;
+}
+
+double thread_cpu_ns(clockid_t c) {
+    timespec ts{};
+    if (clock_gettime(c, &ts) != 0) return 0;
+    return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
+}
 
 // The critical and non-critical sections, on one thread. Kept apart from the
 // lock calls so that every lock type runs the same instructions between them.
@@ -411,9 +440,21 @@ run_result run_lock(const setup& s, const char* who) {
     while (ready.load(std::memory_order_relaxed) != s.threads) std::this_thread::yield();
     go->on.store(true, std::memory_order_release);
     std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(s.warmup_ns));
+    // Each thread's CPU clock: how much of the window the threads really ran
+    // (another process on a CPU, or two threads on one, shows up here).
+    std::vector<clockid_t> clocks(s.threads);
+    for (unsigned t = 0; t < s.threads; ++t)
+        if (pthread_getcpuclockid(ts[t].native_handle(), &clocks[t]) != 0) fail("%s: pthread_getcpuclockid", who);
+    auto cpu_total = [&] {
+        double sum = 0;
+        for (clockid_t c : clocks) sum += thread_cpu_ns(c);
+        return sum;
+    };
     const double t0 = now_ns();
     const std::uint64_t c0 = total();
+    const double cpu0 = cpu_total();
     std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(s.window_ns));
+    const double cpu1 = cpu_total();
     const std::uint64_t c1 = total();
     const double t1 = now_ns();
     stop->on.store(true, std::memory_order_relaxed);
@@ -432,16 +473,20 @@ run_result run_lock(const setup& s, const char* who) {
                 fail("%s: shared line %u counted %llu operations, the threads %llu: the lock let two threads in", who,
                      i, static_cast<unsigned long long>(lines[i].n), static_cast<unsigned long long>(all));
     }
-    return {c1 - c0, t1 - t0};
+    return {c1 - c0, t1 - t0, (cpu1 - cpu0) / (std::min(s.threads, g_cpus) * (t1 - t0))};
+    // (one thread: cpu_share * window_ns is its CPU time in the window)
 }
 
 template <class Lock>
 double measure_lock(const setup& s, const char* who) {
     const run_result r = run_lock<Lock>(s, who);
+    g_last_cpu_share = r.cpu_share;
     if (s.latency) {
-        // No operation at all in the window (the thread never got a CPU):
-        // one operation took at least the window.
-        return r.window_ns / static_cast<double>(std::max<std::uint64_t>(r.ops, 1));
+        // Over the thread's own CPU time: a share of the CPU that another
+        // process took is not lock latency. No operation at all (the thread
+        // never ran): one operation took at least the window.
+        if (r.ops == 0) return r.window_ns;
+        return r.cpu_share * r.window_ns / static_cast<double>(r.ops);
     }
     return static_cast<double>(r.ops) * 1e9 / r.window_ns;
 }
@@ -524,8 +569,6 @@ struct run_options {
     std::vector<std::string> preload_locks;  // SPINDLE_LOCK values; empty: all
 };
 
-unsigned g_cpus = 1;
-
 std::vector<std::string> parse_names(const std::string& s);  // "a,b,c" -> {a, b, c}
 
 bool lock_wanted(const run_options& o, const std::string& name) {
@@ -572,6 +615,22 @@ std::string key(const std::string& workload, unsigned threads, const section& se
 // ---------------------------------------------------------------------------
 // mutexbench and oversubscribed
 
+// Per comparison: the median and lowest CPU share its spinning measurements saw,
+// printed under its line, and kept for the target lines.
+std::map<std::string, std::pair<double, double>> g_share_by_key;  // key -> (median, min)
+
+void note_cpu_share(const std::string& workload, unsigned threads, const section& sec, std::vector<double> v) {
+    if (v.empty()) return;
+    std::sort(v.begin(), v.end());
+    const double med = harness::summarize("", v).median, lo = v.front();
+    g_share_by_key[key(workload, threads, sec)] = {med, lo};
+    std::fprintf(stderr,
+                 "    CPU time the threads got: %.0f%% of %u CPU(s) (median over the measurements where they never "
+                 "sleep; lowest %.0f%%)%s\n",
+                 100 * med, std::min(threads, g_cpus), 100 * lo,
+                 lo < 0.9 ? " -- something else had a CPU in some measurements" : "");
+}
+
 void bench_mutex(harness& h, const run_options& o, results& res, const std::string& workload) {
     const bool oversub = workload == "oversubscribed";
     std::vector<unsigned> ts;
@@ -607,13 +666,23 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
                 if (ref) note += "; " + section_note(sec);
                 const std::string who = workload + "/" + e.name;
                 auto fn = e.measure;
-                vs.push_back(variant(e.name, [s, fn, who] { return fn(s, who.c_str()); }, ref, note));
+                const bool always_runnable = t == 1 || e.how == waits::spin;
+                vs.push_back(variant(
+                    e.name,
+                    [s, fn, who, always_runnable] {
+                        const double v = fn(s, who.c_str());
+                        if (always_runnable) g_cpu_shares.push_back(g_last_cpu_share);
+                        return v;
+                    },
+                    ref, note));
             }
             if (vs.empty()) continue;
             params ps{{"threads", t}, {"cs_lines", sec.cs_lines}, {"ncs_ns", sec.ncs_ns}};
             if (oversub) ps.push_back({"cpus", g_cpus});
             const metric m = s.latency ? metric{"ns_per_op", false} : metric{"ops_per_s", true};
+            (void)take_cpu_shares();
             res.by_key[key(workload, t, sec)] = h.compare(workload, ps, m, vs, h.reps(5, 9));
+            note_cpu_share(workload, t, sec, take_cpu_shares());
         }
 }
 
@@ -905,28 +974,38 @@ const std::vector<summary>* find(const results& res, const std::string& k) {
     return it == res.by_key.end() ? nullptr : &it->second;
 }
 
+// "; CPU time the threads got: 93%, lowest 50%" for a comparison, if known.
+std::string share_text(const std::string& k) {
+    auto it = g_share_by_key.find(k);
+    if (it == g_share_by_key.end()) return "";
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "; CPU time the threads got: %.0f%%, lowest %.0f%%", 100 * it->second.first,
+                  100 * it->second.second);
+    return buf;
+}
+
 void print_targets(const results& res, const run_options& o) {
     std::fprintf(stderr, "locks targets (medians of the per-round ratios of this run):\n");
     const section empty{0, 0};
     const std::string ref = g_reference;
     if (const auto* ss = find(res, key("mutexbench", 1, empty))) {
-        std::fprintf(stderr, "  uncontended, 1 thread, empty sections (ns per lock + unlock; X / %s > 1: %s faster):\n",
-                     ref.c_str(), ref.c_str());
+        std::fprintf(stderr, "  uncontended, 1 thread, empty sections (ns per lock + unlock; X / %s > 1: %s faster%s):\n",
+                     ref.c_str(), ref.c_str(), share_text(key("mutexbench", 1, empty)).c_str());
         for (const char* other : {"pthread", "std_mutex", "mcs", "clh"})
             if (other != ref) target_line(ss, other, ref, goal::above, 1.0);
         target_line(ss, ref, "ticket", goal::at_most, 2.2);
         for (const char* other : {"tas", "ttas"}) target_line(ss, other, ref, goal::none, 0);
     }
     if (const auto* ss = find(res, key("mutexbench", 2, empty))) {
-        std::fprintf(stderr, "  2 threads, empty sections (ops/s; %s / X >= 1: %s at least as fast):\n", ref.c_str(),
-                     ref.c_str());
+        std::fprintf(stderr, "  2 threads, empty sections (ops/s; %s / X >= 1: %s at least as fast%s):\n", ref.c_str(),
+                     ref.c_str(), share_text(key("mutexbench", 2, empty)).c_str());
         for (const char* other : {"mcs", "clh"}) target_line(ss, ref, other, goal::at_least, 1.0);
         for (const char* other : {"pthread", "std_mutex", "tas", "ttas", "ticket"})
             if (other != ref) target_line(ss, ref, other, goal::none, 0);
     }
     for (const auto& [k, ss] : res.by_key) {
         if (k.rfind("oversubscribed", 0) != 0) continue;
-        std::fprintf(stderr, "  %s (ops/s; X / pthread):\n", k.c_str());
+        std::fprintf(stderr, "  %s (ops/s; X / pthread%s):\n", k.c_str(), share_text(k).c_str());
         for (const lock_entry& e : all_locks()) {
             if (e.how == waits::os || !lock_wanted(o, e.name)) continue;
             if (e.how == waits::spin_then_park) target_line(&ss, e.name, "pthread", goal::at_least, 0.8);
