@@ -30,8 +30,10 @@
 //   spindle_leveldb_driver [--threads T] ...   (temporary database: fill, read, remove)
 //   spindle_leveldb_driver --probe
 // Output (stdout), one line per read run:
-//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X mutex_from=FILE lock=NAME
-// where FILE is the shared object pthread_mutex_lock resolved to in this
+//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X cpu_share=C mutex_from=FILE lock=NAME
+// where C is the CPU time the readers got in the window over what
+// min(T, CPUs) CPUs give (below 1: they waited, slept in a lock, or another
+// process had the CPU), FILE is the shared object pthread_mutex_lock resolved to in this
 // process (libc.so.6, or libspindle_preload.so when the preload took effect)
 // and NAME the lock the preload library installed (its
 // spindle_preload_lock_name(); "glibc" without the library), so that a
@@ -205,18 +207,36 @@ void readrandom(const options& o) {
         for (auto& c : counts) s += c.gets.load(std::memory_order_relaxed);
         return s;
     };
+    // The readers' CPU clocks: how much of the window they ran (on a shared
+    // machine, less than all of it).
+    std::vector<clockid_t> clocks(o.threads);
+    for (unsigned t = 0; t < o.threads; ++t)
+        if (pthread_getcpuclockid(ts[t].native_handle(), &clocks[t]) != 0) die(1, "pthread_getcpuclockid failed");
+    auto cpu_s = [&] {
+        double sum = 0;
+        for (clockid_t c : clocks) {
+            timespec x{};
+            if (clock_gettime(c, &x) == 0) sum += static_cast<double>(x.tv_sec) + static_cast<double>(x.tv_nsec) * 1e-9;
+        }
+        return sum;
+    };
     std::this_thread::sleep_for(std::chrono::milliseconds(o.warmup_ms));
     const double t0 = now_s();
     const std::uint64_t g0 = total();
+    const double cpu0 = cpu_s();
     std::this_thread::sleep_for(std::chrono::duration<double>(o.seconds));
+    const double cpu1 = cpu_s();
     const std::uint64_t g1 = total();
     const double t1 = now_s();
+    const unsigned cpus = std::max(1u, std::min(o.threads, std::thread::hardware_concurrency()));
     stop.store(true, std::memory_order_relaxed);
     for (auto& t : ts) t.join();
     if (missing.load() != 0) die(1, "%u Gets did not find their key (was the database filled?)", missing.load());
-    std::printf("readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f mutex_from=%s lock=%s\n",
-                o.threads, o.entries, t1 - t0, static_cast<unsigned long long>(g1 - g0),
-                static_cast<double>(g1 - g0) / (t1 - t0), mutex_provider().c_str(), lock_name().c_str());
+    std::printf(
+        "readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f cpu_share=%.3f mutex_from=%s "
+        "lock=%s\n",
+        o.threads, o.entries, t1 - t0, static_cast<unsigned long long>(g1 - g0), static_cast<double>(g1 - g0) / (t1 - t0),
+        (cpu1 - cpu0) / (cpus * (t1 - t0)), mutex_provider().c_str(), lock_name().c_str());
     std::fflush(stdout);
 }
 

@@ -844,6 +844,7 @@ double leveldb_measure(const std::string& driver, const std::vector<std::string>
                      : from.find("spindle_preload") == std::string::npos || used != lock)
         fail("leveldb: %s, pthread_mutex_lock came from %s and the lock was %s", what.c_str(), from.c_str(),
              used.c_str());
+    g_cpu_shares.push_back(std::strtod(field(out, "cpu_share").c_str(), nullptr));
     return std::strtod(field(out, "ops_per_s").c_str(), nullptr);
 }
 
@@ -941,7 +942,13 @@ void bench_leveldb(harness& h, const run_options& o) {
                 [=] { return leveldb_measure(driver, args, preload, l, limit_s); }, false,
                 "LD_PRELOAD=libspindle_preload.so SPINDLE_LOCK=" + l +
                     (l == "pthread" ? " (pass-through to glibc: the interposition's own cost)" : "")));
+        (void)take_cpu_shares();
         g_leveldb_results[t] = h.compare("leveldb", {{"threads", t}}, {"ops_per_s", true}, vs, h.reps(5, 7));
+        std::vector<double> shares = take_cpu_shares();
+        std::sort(shares.begin(), shares.end());
+        if (!shares.empty())
+            std::fprintf(stderr, "    CPU time the readers got: %.0f%% of %u CPU(s) (median; lowest %.0f%%)\n",
+                         100 * harness::summarize("", shares).median, std::min(t, g_cpus), 100 * shares.front());
     }
     remove_tmp_dir();
 }
