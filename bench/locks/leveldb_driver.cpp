@@ -30,10 +30,11 @@
 //   spindle_leveldb_driver [--threads T] ...   (temporary database: fill, read, remove)
 //   spindle_leveldb_driver --probe
 // Output (stdout), one line per read run:
-//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X cpu_share=C mutex_from=FILE lock=NAME
+//   readrandom threads=T entries=N seconds=S gets=G ops_per_s=X cpu_share=C ops_per_cpu_s=Y
+//              mutex_from=FILE lock=NAME
 // where C is the CPU time the readers got in the window over what
 // min(T, CPUs) CPUs give (below 1: they waited, slept in a lock, or another
-// process had the CPU), FILE is the shared object pthread_mutex_lock resolved to in this
+// process had the CPU), Y the Gets per second of the readers' CPU time, FILE is the shared object pthread_mutex_lock resolved to in this
 // process (libc.so.6, or libspindle_preload.so when the preload took effect)
 // and NAME the lock the preload library installed (its
 // spindle_preload_lock_name(); "glibc" without the library), so that a
@@ -233,10 +234,11 @@ void readrandom(const options& o) {
     for (auto& t : ts) t.join();
     if (missing.load() != 0) die(1, "%u Gets did not find their key (was the database filled?)", missing.load());
     std::printf(
-        "readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f cpu_share=%.3f mutex_from=%s "
-        "lock=%s\n",
+        "readrandom threads=%u entries=%u seconds=%.3f gets=%llu ops_per_s=%.1f cpu_share=%.3f ops_per_cpu_s=%.1f "
+        "mutex_from=%s lock=%s\n",
         o.threads, o.entries, t1 - t0, static_cast<unsigned long long>(g1 - g0), static_cast<double>(g1 - g0) / (t1 - t0),
-        (cpu1 - cpu0) / (cpus * (t1 - t0)), mutex_provider().c_str(), lock_name().c_str());
+        (cpu1 - cpu0) / (cpus * (t1 - t0)), static_cast<double>(g1 - g0) / std::max(cpu1 - cpu0, 1e-9),
+        mutex_provider().c_str(), lock_name().c_str());
     std::fflush(stdout);
 }
 
