@@ -41,12 +41,13 @@
 // unbounded search of the Hemlock model feasible. Objects whose addresses
 // enter the hashes must sit at the same addresses in every run.
 //
-// Spinning. A spin loop re-reads shared words until they change; in a run
-// where no model atomic changed value since the loop iteration began, the
-// next iteration would read the same values and decide the same (the code
-// is deterministic). So spin_wait() does not let the thread run again until
-// a change: every spin loop of the real code terminates in the model, and a
-// lost handover shows up as all threads blocked -- reported as a deadlock.
+// Spinning. A spin loop re-reads shared words until they change; while none
+// of the words an iteration accessed has changed value since, the next
+// iteration would read the same values and decide the same (the code is
+// deterministic). So spin_wait() does not let the thread run again until one
+// of them changes: every spin loop of the real code terminates in the model,
+// and a lost handover shows up as all threads blocked -- reported as a
+// deadlock.
 #pragma once
 
 #include <atomic>
@@ -154,9 +155,13 @@ public:
             m.body = std::move(bodies[t]);
             m.sched = this;
             m.index = static_cast<int>(t);
-            char* stack = stack_for(t);
-            arch::annotate_new_context(&m.ctx, stack, stack_bytes);
-            arch::make_context(&m.ctx.regs, stack + stack_bytes, &entry);
+            m.home = &slot_for(t);
+            m.home->owner = &m;
+            // A context (and TSan fiber) per run: TSan's memory grows without
+            // bound when one fiber runs millions of runs.
+            m.home->ctx = arch::context{};
+            arch::annotate_new_context(&m.home->ctx, m.home->stack.get(), stack_bytes);
+            arch::make_context(&m.home->ctx.regs, m.home->stack.get() + stack_bytes, &entry);
         }
         pruned_ = false;
         steps_ = 0;
@@ -164,43 +169,52 @@ public:
         const int first = pick(-1);
         if (first >= 0) {
             cur_tid = first;
-            arch::switch_to(&main_, &threads_[idx(first)].ctx);
+            arch::switch_to(&main_, &threads_[idx(first)].home->ctx);
         }
         cur_tid = -1;
         cur_sched = nullptr;
-        for (auto& m : threads_) arch::annotate_destroy_context(&m.ctx);
+        for (auto& m : threads_) arch::annotate_destroy_context(&m.home->ctx);
         return !deadlock_;
     }
 
     // A scheduling point before the caller's next shared access.
     void step(bool yielding = false) { reschedule(yielding); }
 
-    // A scheduling point before a model atomic access; the access marks
-    // where the caller's spin-loop iteration began, if none did (see
-    // spin_wait).
-    void access_point() {
+    // A scheduling point before an access to the model atomic at `addr`,
+    // which joins the words the caller's current spin-loop iteration has
+    // read (see spin_wait).
+    void access_point(const void* addr) {
         reschedule(false);
-        long& s = self().iter_start;
-        if (s < 0) s = changes_;
+        std::vector<const void*>& w = self().watched;
+        for (const void* a : w)
+            if (a == addr) return;
+        w.push_back(addr);
     }
 
     // ---- spinning (see the header) ----
 
-    // A model atomic write that changed a value: spinning threads may go on.
-    void note_change() {
-        ++changes_;
-        for (auto& m : threads_)
-            if (m.state == st::spinning) m.state = st::runnable;
+    // A write changed the value of the model atomic at `addr`: threads that
+    // read it in their current spin-loop iteration may see something new.
+    void note_change(const void* addr) {
+        for (auto& m : threads_) {
+            if (m.watch_changed) continue;
+            for (const void* a : m.watched)
+                if (a == addr) {
+                    m.watch_changed = true;
+                    if (m.state == st::spinning) m.state = st::runnable;
+                    break;
+                }
+        }
     }
-    // One failed iteration of a spin loop: wait until some model atomic
-    // changed value since the iteration began (at once, as a plain
-    // scheduling point, if one did).
+    // One failed iteration of a spin loop: wait until a word it read has
+    // changed value (at once, as a plain scheduling point, if one did
+    // already). The next iteration starts here.
     void spin_wait() {
-        long& s = self().iter_start;
-        const long since = s < 0 ? changes_ : s;
-        s = -1;
-        if (changes_ == since) self().state = st::spinning;
+        model_thread& m = self();
+        if (!m.watch_changed) m.state = st::spinning;
         reschedule(false);
+        m.watched.clear();
+        m.watch_changed = false;
     }
 
     // ---- futex ----
@@ -261,13 +275,24 @@ private:
     // finish; spinning: in spin_wait(), until a change.
     enum class st { runnable, blocked, spinning, done };
 
+    struct model_thread;
+
+    // Where model thread t of every run runs: a stack, reused by every run,
+    // and this run's context.
+    struct slot {
+        arch::context ctx;  // first: the entry finds its slot from its raw context
+        std::unique_ptr<char[]> stack;
+        model_thread* owner = nullptr;  // this run's thread
+    };
+
     struct model_thread {
-        arch::context ctx;  // first: the entry finds its record from its raw context
+        slot* home = nullptr;
         std::function<void()> body;
         model_sched* sched = nullptr;
         int index = 0;
         st state = st::runnable;
-        long iter_start = -1;  // changes_ at its spin-loop iteration's first access, or -1
+        std::vector<const void*> watched;  // the model atomics its spin-loop iteration accessed
+        bool watch_changed = false;         // one of them changed value since
         std::uint64_t history = 0;  // its operations' results (state caching)
     };
 
@@ -276,26 +301,31 @@ private:
     static std::size_t idx(int t) { return static_cast<std::size_t>(t); }
     model_thread& self() { return threads_[idx(cur_tid)]; }
 
-    // Stacks live as long as the process and are reused by every run.
-    static char* stack_for(std::size_t t) {
-        static std::vector<std::unique_ptr<char[]>> stacks;
-        while (stacks.size() <= t) stacks.push_back(std::make_unique<char[]>(stack_bytes));
-        char* s = stacks[t].get();
+    // Slots live as long as the process (never destroyed: a run that
+    // deadlocked left its threads' frames on them).
+    static slot& slot_for(std::size_t t) {
+        static std::vector<std::unique_ptr<slot>> slots;
+        while (slots.size() <= t) {
+            auto sl = std::make_unique<slot>();
+            sl->stack = std::make_unique<char[]>(stack_bytes);
+            slots.push_back(std::move(sl));
+        }
 #if SPINDLE_ASAN
-        __asan_unpoison_memory_region(s, stack_bytes);  // an abandoned run may have left frames' redzones
+        __asan_unpoison_memory_region(slots[t]->stack.get(), stack_bytes);  // an abandoned run's redzones
 #endif
-        return s;
+        return *slots[t];
     }
 
     static void entry(arch::raw_context* self, arch::raw_context*) noexcept {
-        auto* m = reinterpret_cast<model_thread*>(arch::context_of(self));
-        arch::context_started(&m->ctx);
+        slot* sl = reinterpret_cast<slot*>(arch::context_of(self));
+        model_thread* m = sl->owner;
+        arch::context_started(&sl->ctx);
         m->body();
         m->state = st::done;
         model_sched& s = *m->sched;
         const int next = s.seen_before(false) ? -1 : s.pick(m->index);
         cur_tid = next;
-        arch::switch_final(&m->ctx, next >= 0 ? &s.threads_[idx(next)].ctx : &s.main_);
+        arch::switch_final(&sl->ctx, next >= 0 ? &s.threads_[idx(next)].home->ctx : &s.main_);
     }
 
     // The running thread reached a scheduling point (its state says whether
@@ -310,7 +340,7 @@ private:
         const int next = deadlock_ || seen_before(yielding) ? -1 : pick(self_tid, yielding);
         if (next == self_tid) return;
         cur_tid = next;
-        arch::switch_to(&threads_[idx(self_tid)].ctx, next >= 0 ? &threads_[idx(next)].ctx : &main_);
+        arch::switch_to(&threads_[idx(self_tid)].home->ctx, next >= 0 ? &threads_[idx(next)].home->ctx : &main_);
         cur_tid = self_tid;
     }
 
@@ -327,9 +357,8 @@ private:
             h = mix(h ^ static_cast<std::uint64_t>(preemptions_));
         }
         for (const model_thread& m : threads_) {
-            const std::uint64_t spin = m.iter_start < 0 ? 2 : (changes_ > m.iter_start ? 1 : 0);
-            h = mix(h ^ m.history);
-            h = mix(h ^ (static_cast<std::uint64_t>(m.state) << 2 | spin));
+            h = mix(h ^ m.history);  // (it fixes the watched words too)
+            h = mix(h ^ (static_cast<std::uint64_t>(m.state) << 1 | (m.watch_changed ? 1 : 0)));
         }
         for (auto& [addr, t] : futex_sleepers_)
             h = mix(h ^ reinterpret_cast<std::uintptr_t>(addr) ^ static_cast<std::uint64_t>(t));
@@ -372,7 +401,6 @@ private:
     std::vector<model_thread> threads_;
     std::map<int, int> waiting_for_;  // blocked thread -> the thread it waits to finish
     std::vector<std::pair<const void*, int>> futex_sleepers_;  // (address, thread), in sleep order
-    long changes_ = 0;           // model atomic writes that changed a value
     const int max_preemptions_;  // -1: unbounded (exhaustive)
     int preemptions_ = 0;
     bool deadlock_ = false;
@@ -441,11 +469,11 @@ public:
 
 private:
     void point() {
-        cur_sched->access_point();
+        cur_sched->access_point(this);
         if (guard != nullptr && *guard) g_use_after_return.fetch_add(1);
     }
-    static void changed(bool c) {
-        if (c) cur_sched->note_change();
+    void changed(bool c) {
+        if (c) cur_sched->note_change(this);
     }
     // Into the running thread's history (state caching): which atomic, which
     // operation, what it returned.
