@@ -336,6 +336,106 @@ TYPED_TEST(LockTest, FifoAdmission) {
     }
 }
 
+// The park twins let a running thread overtake the queue (barging), but a
+// queued waiter must still get in: two threads relock the lock back to back
+// without pause, while waiters queue one after another and each must be let
+// in (the gate hands the lock to a head that has waited for 1 ms). The test
+// would hang, not fail, if a waiter starved; there is no time limit in it.
+TYPED_TEST(LockTest, BargingDoesNotStarveQueuedWaiters) {
+    if constexpr (!requires { TypeParam::barges; }) {
+        GTEST_SKIP() << TypeParam::name << " has no park gate";
+    } else {
+        TypeParam l;
+        std::atomic<bool> stop{false};
+        std::atomic<long> relocks{0};
+        long counter = 0;
+        std::vector<std::thread> hogs;
+        for (int h = 0; h < 2; ++h)
+            hogs.emplace_back([&] {
+                while (!stop.load(std::memory_order_relaxed)) {
+                    l.lock();
+                    ++counter;
+                    l.unlock();
+                    relocks.fetch_add(1, std::memory_order_relaxed);
+                }
+            });
+        // Let the hogs run first, so the waiters find the lock contended.
+        while (relocks.load(std::memory_order_relaxed) < 1000) std::this_thread::yield();
+        constexpr int kWaiters = 4;
+        int admitted = 0;
+        std::vector<std::thread> waiters;
+        for (int k = 0; k < kWaiters; ++k)
+            waiters.emplace_back([&] {
+                for (int i = 0; i < 3; ++i) {
+                    l.lock();
+                    ++admitted;
+                    ++counter;
+                    l.unlock();
+                }
+            });
+        for (auto& w : waiters) w.join();
+        stop.store(true);
+        for (auto& h : hogs) h.join();
+        EXPECT_EQ(admitted, kWaiters * 3);
+        EXPECT_EQ(counter, relocks.load() + kWaiters * 3);
+    }
+}
+
+// The handoff itself, step by step (the handoff delay set to 0, so a head
+// that has slept once asks for it): the main thread holds the lock; a
+// waiter becomes the queue head and sleeps on the gate (its `sleeps` bit
+// shows); the main thread unlocks and at once relocks -- overtaking the
+// woken head, which then finds the gate held, asks for the handoff and
+// sleeps again (`handoff` shows). The next unlock must pass the gate to it:
+// the waiter runs its section while the main thread waits for it in lock().
+// If the woken head wins the race instead (the relock is a few instructions,
+// the head's wake a context switch), the round proves nothing and is rerun.
+TYPED_TEST(LockTest, ParkGateHandsTheLockToAStarvingHead) {
+    if constexpr (!requires { TypeParam::barges; }) {
+        GTEST_SKIP() << TypeParam::name << " has no park gate";
+    } else {
+        struct restore {
+            std::int64_t old = spindle::detail::park_gate_handoff_after_ns.load();
+            ~restore() { spindle::detail::park_gate_handoff_after_ns.store(old); }
+        } r;
+        spindle::detail::park_gate_handoff_after_ns.store(0);
+        bool handed = false;
+        for (int round = 0; round < 20 && !handed; ++round) {
+            TypeParam l;
+            std::vector<int> order;
+            l.lock();
+            std::thread waiter([&] {
+                l.lock();
+                order.push_back(1);
+                l.unlock();
+            });
+            while ((lock_probe::gate(l) & lock_probe::gate_sleeps) == 0) std::this_thread::yield();
+            l.unlock();
+            l.lock();
+            order.push_back(0);
+            // Either the waiter asks for the handoff, or it already got in.
+            // (order is written under the lock, which we hold: size 2 means
+            // the waiter ran before our relock.)
+            while ((lock_probe::gate(l) & lock_probe::gate_handoff) == 0 && order.size() < 2)
+                std::this_thread::yield();
+            const bool asked = (lock_probe::gate(l) & lock_probe::gate_handoff) != 0;
+            const std::uint64_t before = spindle::detail::park_gate_handoffs.load();
+            l.unlock();
+            if (asked) {
+                // The gate went to the waiter: our relock queues behind it.
+                l.lock();
+                ASSERT_EQ(order.size(), 2u) << "the waiter asked for the handoff but did not get the lock next";
+                EXPECT_EQ(order[1], 1);
+                EXPECT_GT(spindle::detail::park_gate_handoffs.load(), before);
+                l.unlock();
+                handed = true;
+            }
+            waiter.join();
+        }
+        EXPECT_TRUE(handed) << "the woken head won the race in every round";
+    }
+}
+
 // ---- misuse (debug builds) --------------------------------------------------------------
 
 TYPED_TEST(LockTest, UnlockOfUnlockedLockAborts) {
@@ -369,7 +469,13 @@ using hemlocks = ::testing::Types<spindle::hemlock, spindle::hemlock_park, spind
                                   spindle::hemlock_overlap_park, spindle::hemlock_aho, spindle::hemlock_aho_park>;
 TYPED_TEST_SUITE(HemlockTest, hemlocks, lock_names);
 
+// The park twins' gate names no holder: there a relock is undetected (a
+// deadlock), as for tas_park_lock.
 TYPED_TEST(HemlockTest, RelockByHolderAborts) {
+    if constexpr (TypeParam::parks) {
+        GTEST_SKIP() << TypeParam::name << " does not detect a relock";
+        return;
+    }
 #if SPINDLE_DEBUG_CHECKS
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(

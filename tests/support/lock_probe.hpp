@@ -12,13 +12,24 @@
 #include <spindle/locks/detail/lock_support.hpp>
 
 struct spindle::detail::lock_probe {
-    // The word itself: ticket's `next`, the others' `tail`.
+    // The word itself: ticket's `next`, the others' `tail` -- of the queue
+    // for the locks built around one (MCS, CLH, and every park twin's gate).
     template <class L>
     static const auto& arrival_word(const L& l) {
-        if constexpr (requires { l.next_; })
+        if constexpr (requires { l.queue_; })
+            return arrival_word(l.queue_);
+        else if constexpr (requires { l.next_; })
             return l.next_;
         else
             return l.tail_;
+    }
+    // A park twin's gate word (detail/park_gate.hpp), now (relaxed).
+    static constexpr std::uint32_t gate_sleeps = 2;
+    static constexpr std::uint32_t gate_handoff = 4;
+    template <class L>
+    static std::uint32_t gate(const L& l) {
+        static_assert(L::sleeps == gate_sleeps && L::handoff == gate_handoff);
+        return l.word_.load(std::memory_order_relaxed);
     }
     // Its value now (a relaxed load: an observation, not synchronization).
     template <class L>

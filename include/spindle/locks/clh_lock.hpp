@@ -2,8 +2,16 @@
 // twin.
 //
 //     spindle::clh_lock l;          // spins
-//     spindle::clh_park_lock p;     // spins a little, then sleeps on a futex
+//     spindle::clh_park_lock p;     // a futex gate in front of a parking CLH queue
 //     { std::lock_guard g(l); ... }
+//
+// clh_park_lock is the gate of detail/park_gate.hpp in front of
+// detail::clh_queue<park_wait> (this algorithm without the holder word,
+// whose waiters spin briefly and then sleep on their node): the queue
+// orders the waiters, and a running thread may overtake them (see there
+// why: with more threads than CPUs a strict FIFO handover waits for a
+// wake-up each time). 16 bytes: the tail and the gate word. What follows
+// is the FIFO lock, mcs_lock, and the queue both share.
 //
 // Craig 1993; Magnusson, Landin and Hagersten, IPPS 1994. A locker marks its
 // node "waiting", swaps it into the lock's tail and spins on its
@@ -81,83 +89,74 @@
 #include <spindle/arch/context.hpp>  // cpu_relax
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/park_gate.hpp>
 #include <spindle/locks/detail/queue_node.hpp>
 #include <spindle/locks/wait_policy.hpp>
 
 namespace spindle {
 
+namespace detail {
+
+// The CLH queue itself: the tail word, lock() returning the caller's node,
+// unlock(node). No TSan annotations (the lock types around it make them).
+// basic_clh_lock keeps the holder's node beside it; clh_park_lock's gate
+// (detail/park_gate.hpp) releases it within its own lock(), where the node
+// is a local.
 template <class Wait>
-class SPINDLE_CAPABILITY("mutex") basic_clh_lock {
+class clh_queue {
 public:
     static constexpr const char* name = Wait::parks ? "spindle::clh_park_lock" : "spindle::clh_lock";
-    static constexpr bool is_fifo = true;
-    static constexpr bool parks = Wait::parks;
 
-    constexpr basic_clh_lock() noexcept = default;
-    basic_clh_lock(const basic_clh_lock&) = delete;
-    basic_clh_lock& operator=(const basic_clh_lock&) = delete;
+    constexpr clh_queue() noexcept = default;
+    clh_queue(const clh_queue&) = delete;
+    clh_queue& operator=(const clh_queue&) = delete;
 
-    void lock() noexcept SPINDLE_ACQUIRE() {
-        annotate::pre_lock(this);
-        detail::queue_node* n = fresh_node();
+    queue_node* lock() noexcept {
+        queue_node* n = fresh_node();
         // (tail): p -> n. release: n->state is node_waiting before our
         // successor (who swaps after us) reads it. acquire pairs with the
         // release CAS of an unlock that emptied the queue (p == null: its
         // critical section happens before ours).
-        detail::queue_node* p = tail_.exchange(n, std::memory_order_acq_rel);
+        queue_node* p = tail_.exchange(n, std::memory_order_acq_rel);
         if (p != nullptr) [[unlikely]]
             wait_behind(p);
-        // (holder): 0 -> n. relaxed: read by our own unlock.
-        holder_.store(n, std::memory_order_relaxed);
-        annotate::post_lock(this);
+        return n;
     }
 
-    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
-        annotate::pre_try_lock(this);
-        bool ok = false;
+    // The tail CAS of a try_lock: only on an empty queue. Null if it was not.
+    queue_node* try_lock() noexcept {
         // relaxed: a held lock fails without a node or a write.
-        if (tail_.load(std::memory_order_relaxed) == nullptr) {
-            detail::queue_node* n = fresh_node();
-            detail::queue_node* expected = nullptr;
-            // (tail): 0 -> n. acq_rel: as the swap in lock().
-            ok = tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed);
-            if (ok) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
-            else detail::give_node(n);
-        }
-        annotate::post_try_lock(this, ok);
-        return ok;
+        if (tail_.load(std::memory_order_relaxed) != nullptr) return nullptr;
+        queue_node* n = fresh_node();
+        queue_node* expected = nullptr;
+        // (tail): 0 -> n. acq_rel: as the swap in lock().
+        if (tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed))
+            return n;
+        give_node(n);
+        return nullptr;
     }
 
-    void unlock() noexcept SPINDLE_RELEASE() {
-        annotate::pre_unlock(this);
-        // relaxed: we wrote it in lock().
-        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
-        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
-        // (holder): n -> 0. relaxed: the release below orders it before the
-        // next holder's store.
-        holder_.store(nullptr, std::memory_order_relaxed);
-        detail::queue_node* expected = n;
+    void unlock(queue_node* n) noexcept {
+        queue_node* expected = n;
         // (tail): n -> 0 when nobody queued behind n. release pairs with the
         // acquire swap/CAS of the next locker, who finds the lock free.
         if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
                                           std::memory_order_relaxed)) [[likely]] {
-            detail::give_node(n);  // nobody saw n: it stays ours
+            give_node(n);  // nobody saw n: it stays ours
         } else {
             // A successor watches n: let it in. n is its now.
             grant(n);
         }
-        annotate::post_unlock(this);
     }
 
 private:
-    friend struct detail::lock_probe;
-    using annotate = detail::tsan_lock_annotations;
-    using node = detail::queue_node;
+    friend struct lock_probe;
+    using node = queue_node;
 
     static node* fresh_node() noexcept {
-        node* n = detail::take_node();
+        node* n = take_node();
         // relaxed: published by the release half of the swap/CAS on tail.
-        n->state.store(detail::node_waiting, std::memory_order_relaxed);
+        n->state.store(node_waiting, std::memory_order_relaxed);
         return n;
     }
 
@@ -169,29 +168,29 @@ private:
         // predecessor's critical section happens before ours.
         if constexpr (!Wait::parks) {
             unsigned steps = 0;
-            while (p->state.load(std::memory_order_acquire) != detail::node_granted) detail::spin_step<Wait>(steps);
+            while (p->state.load(std::memory_order_acquire) != node_granted) spin_step<Wait>(steps);
         } else {
             unsigned i = 0;
             for (; i < Wait::spin_steps; ++i) {
-                if (p->state.load(std::memory_order_acquire) == detail::node_granted) break;
+                if (p->state.load(std::memory_order_acquire) == node_granted) break;
                 arch::cpu_relax();
             }
             if (i == Wait::spin_steps) {
                 std::uint32_t s = p->state.load(std::memory_order_acquire);
-                while (s != detail::node_granted) {
+                while (s != node_granted) {
                     // (p->state): waiting -> sleeping, then sleep while it
                     // stays so. The CAS fails if the grant came first; the
                     // futex returns at once if it came in between.
-                    if (s == detail::node_waiting &&
-                        !p->state.compare_exchange_strong(s, detail::node_sleeping, std::memory_order_acquire,
+                    if (s == node_waiting &&
+                        !p->state.compare_exchange_strong(s, node_sleeping, std::memory_order_acquire,
                                                           std::memory_order_acquire))
                         continue;
-                    detail::futex_wait(&p->state, detail::node_sleeping);
+                    futex_wait(&p->state, node_sleeping);
                     s = p->state.load(std::memory_order_acquire);
                 }
             }
         }
-        detail::give_node(p);
+        give_node(p);
     }
 
     // (n->state): waiting|sleeping -> granted. release pairs with the
@@ -199,24 +198,76 @@ private:
     // happens before its.
     static void grant(node* n) noexcept {
         if constexpr (!Wait::parks) {
-            n->state.store(detail::node_granted, std::memory_order_release);
+            n->state.store(node_granted, std::memory_order_release);
         } else {
             // The wake only names the address: the successor may already
             // have taken n, and even reused it (see the header).
-            if (n->state.exchange(detail::node_granted, std::memory_order_release) == detail::node_sleeping)
-                detail::futex_wake(&n->state, 1);
+            if (n->state.exchange(node_granted, std::memory_order_release) == node_sleeping)
+                futex_wake(&n->state, 1);
         }
     }
+
+    std::atomic<queue_node*> tail_{nullptr};  // the last node in the queue; null: free
+};
+
+}  // namespace detail
+
+// The CLH lock of the papers (without a dummy node): the queue and its
+// holder's node.
+template <class Wait>
+class SPINDLE_CAPABILITY("mutex") basic_clh_lock {
+public:
+    static constexpr const char* name = detail::clh_queue<Wait>::name;
+    static constexpr bool is_fifo = true;
+    static constexpr bool parks = Wait::parks;
+
+    constexpr basic_clh_lock() noexcept = default;
+    basic_clh_lock(const basic_clh_lock&) = delete;
+    basic_clh_lock& operator=(const basic_clh_lock&) = delete;
+
+    void lock() noexcept SPINDLE_ACQUIRE() {
+        annotate::pre_lock(this);
+        detail::queue_node* n = queue_.lock();
+        // (holder): 0 -> n. relaxed: read by our own unlock.
+        holder_.store(n, std::memory_order_relaxed);
+        annotate::post_lock(this);
+    }
+
+    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
+        annotate::pre_try_lock(this);
+        detail::queue_node* n = queue_.try_lock();
+        if (n != nullptr) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
+        annotate::post_try_lock(this, n != nullptr);
+        return n != nullptr;
+    }
+
+    void unlock() noexcept SPINDLE_RELEASE() {
+        annotate::pre_unlock(this);
+        // relaxed: we wrote it in lock().
+        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
+        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
+        // (holder): n -> 0. relaxed: the release in queue_.unlock() orders
+        // it before the next holder's store.
+        holder_.store(nullptr, std::memory_order_relaxed);
+        queue_.unlock(n);
+        annotate::post_unlock(this);
+    }
+
+private:
+    friend struct detail::lock_probe;
+    using annotate = detail::tsan_lock_annotations;
 
     [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
         detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
     }
 
-    std::atomic<detail::queue_node*> tail_{nullptr};    // the last node in the queue; null: free
+    detail::clh_queue<Wait> queue_;                      // tail: the last node in the queue; null: free
     std::atomic<detail::queue_node*> holder_{nullptr};  // the holder's node
 };
 
 using clh_lock = basic_clh_lock<spin_wait>;
-using clh_park_lock = basic_clh_lock<park_wait>;
+// The spin-then-park twin: a futex gate in front of the CLH queue
+// (detail/park_gate.hpp: it may let a running thread overtake the queue).
+using clh_park_lock = detail::park_gate<detail::clh_queue<park_wait>>;
 
 }  // namespace spindle

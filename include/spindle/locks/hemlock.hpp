@@ -2,7 +2,7 @@
 // lock with one word per lock and one word per thread.
 //
 //     spindle::hemlock l;           // Listing 2 (CTR): the default
-//     spindle::hemlock_park p;      // the same, spinning a little, then sleeping on a futex
+//     spindle::hemlock_park p;      // a futex gate in front of a parking Hemlock queue
 //     { std::lock_guard g(l); ... }
 //
 // Dice and Kogan, "Hemlock: Compact and Scalable Mutual Exclusion", SPAA
@@ -45,8 +45,12 @@
 //                    never inside a pthread_mutex_t.
 //
 // and each has a park twin (hemlock_park, hemlock_naive_park,
-// hemlock_overlap_park, hemlock_aho_park: the paper's Appendix C waiting on
-// the Grant word itself), described below.
+// hemlock_overlap_park, hemlock_aho_park): the gate of detail/park_gate.hpp
+// in front of basic_hemlock<V, park_wait> -- the variant with the paper's
+// Appendix C waiting on the Grant word itself, described below -- which
+// orders the waiters, while a running thread may overtake them (see there
+// why: with more threads than CPUs a strict FIFO handover waits for a
+// wake-up each time). 16 bytes: the tail and the gate word.
 //
 // Multi-waiting. A thread that holds several contended locks has one
 // successor per lock, all polling its single Grant; each waits for its own
@@ -93,7 +97,7 @@
 //       unlock, handover:  (t, 0) -> (t, L), then wait for (t, 0)
 //       park handover:     my.grant: s? -> L           (wake all if s)
 //
-// Park variants. A waiter spins Wait::spin_steps steps, then sets s in its
+// Parking (basic_hemlock<V, park_wait>, the park twins' queue). A waiter spins Wait::spin_steps steps, then sets s in its
 // predecessor's Grant and sleeps on that word's futex (the low 32 bits of
 // the Grant word, which hold both flag bits). Only a handover writes an
 // address into a Grant, it always takes s out, and it wakes everybody on the
@@ -142,6 +146,7 @@
 #include <spindle/arch/context.hpp>  // cpu_relax
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/park_gate.hpp>
 #include <spindle/locks/wait_policy.hpp>
 
 namespace spindle {
@@ -212,6 +217,14 @@ struct hemlock_thread_env {
         registered = run_at_thread_exit(drain);
         return registered;
     }
+};
+
+// The environment of a Hemlock that is the waiting line of a park twin
+// (detail/park_gate.hpp): the same Grant words, no TSan annotations (the
+// gate makes them).
+template <hemlock_variant V, class Wait>
+struct hemlock_queue_env : hemlock_thread_env<V, Wait> {
+    using annotate = no_lock_annotations;
 };
 
 }  // namespace detail
@@ -497,12 +510,16 @@ private:
 };
 
 using hemlock = basic_hemlock<hemlock_variant::ctr, spin_wait>;
-using hemlock_park = basic_hemlock<hemlock_variant::ctr, park_wait>;
+// The spin-then-park twins: a futex gate in front of a parking Hemlock queue
+// (detail/park_gate.hpp: it may let a running thread overtake the queue).
+template <hemlock_variant V>
+using hemlock_park_gate = detail::park_gate<basic_hemlock<V, park_wait, detail::hemlock_queue_env<V, park_wait>>>;
+using hemlock_park = hemlock_park_gate<hemlock_variant::ctr>;
 using hemlock_naive = basic_hemlock<hemlock_variant::naive, spin_wait>;
-using hemlock_naive_park = basic_hemlock<hemlock_variant::naive, park_wait>;
+using hemlock_naive_park = hemlock_park_gate<hemlock_variant::naive>;
 using hemlock_overlap = basic_hemlock<hemlock_variant::overlap, spin_wait>;
-using hemlock_overlap_park = basic_hemlock<hemlock_variant::overlap, park_wait>;
+using hemlock_overlap_park = hemlock_park_gate<hemlock_variant::overlap>;
 using hemlock_aho = basic_hemlock<hemlock_variant::aho, spin_wait>;
-using hemlock_aho_park = basic_hemlock<hemlock_variant::aho, park_wait>;
+using hemlock_aho_park = hemlock_park_gate<hemlock_variant::aho>;
 
 }  // namespace spindle

@@ -2,8 +2,16 @@
 // twin.
 //
 //     spindle::mcs_lock l;          // spins
-//     spindle::mcs_park_lock p;     // spins a little, then sleeps on a futex
+//     spindle::mcs_park_lock p;     // a futex gate in front of a parking MCS queue
 //     { std::lock_guard g(l); ... }
+//
+// mcs_park_lock is the gate of detail/park_gate.hpp in front of
+// detail::mcs_queue<park_wait> (this algorithm without the holder word,
+// whose waiters spin briefly and then sleep on their node): the queue
+// orders the waiters, and a running thread may overtake them (see there
+// why: with more threads than CPUs a strict FIFO handover waits for a
+// wake-up each time). 16 bytes: the tail and the gate word. What follows
+// is the FIFO lock, mcs_lock, and the queue both share.
 //
 // Mellor-Crummey and Scott, ACM TOCS 1991. A locker swaps its queue node
 // into the lock's tail; if there was a predecessor it links itself behind
@@ -73,77 +81,66 @@
 #include <spindle/arch/context.hpp>  // cpu_relax
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/park_gate.hpp>
 #include <spindle/locks/detail/queue_node.hpp>
 #include <spindle/locks/wait_policy.hpp>
 
 namespace spindle {
 
+namespace detail {
+
+// The MCS queue itself: the tail word, lock() returning the caller's node,
+// unlock(node). No TSan annotations (the lock types around it make them).
+// basic_mcs_lock keeps the holder's node beside it; mcs_park_lock's gate
+// (detail/park_gate.hpp) releases it within its own lock(), where the node
+// is a local.
 template <class Wait>
-class SPINDLE_CAPABILITY("mutex") basic_mcs_lock {
+class mcs_queue {
 public:
     static constexpr const char* name = Wait::parks ? "spindle::mcs_park_lock" : "spindle::mcs_lock";
-    static constexpr bool is_fifo = true;
-    static constexpr bool parks = Wait::parks;
 
-    constexpr basic_mcs_lock() noexcept = default;
-    basic_mcs_lock(const basic_mcs_lock&) = delete;
-    basic_mcs_lock& operator=(const basic_mcs_lock&) = delete;
+    constexpr mcs_queue() noexcept = default;
+    mcs_queue(const mcs_queue&) = delete;
+    mcs_queue& operator=(const mcs_queue&) = delete;
 
-    void lock() noexcept SPINDLE_ACQUIRE() {
-        annotate::pre_lock(this);
-        detail::queue_node* n = fresh_node();
+    queue_node* lock() noexcept {
+        queue_node* n = fresh_node();
         // (tail): p -> n. release: n's fields above are written before a
         // successor that swaps after us links into n->next or reads it.
         // acquire pairs with the release CAS of an unlock that emptied the
         // queue (p == null: its critical section happens before ours), and
         // with p's owner's release swap (p's fields are set before we write
         // p->next).
-        detail::queue_node* p = tail_.exchange(n, std::memory_order_acq_rel);
+        queue_node* p = tail_.exchange(n, std::memory_order_acq_rel);
         if (p != nullptr) [[unlikely]]
             wait_behind(p, n);
-        // (holder): 0 -> n. relaxed: read by our own unlock, or by whoever
-        // the lock is next handed to, after the release/acquire of that
-        // handover.
-        holder_.store(n, std::memory_order_relaxed);
-        annotate::post_lock(this);
+        return n;
     }
 
-    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
-        annotate::pre_try_lock(this);
-        bool ok = false;
+    // The tail CAS of a try_lock: only on an empty queue. Null if it was not.
+    queue_node* try_lock() noexcept {
         // relaxed: a held lock fails without a node or a write.
-        if (tail_.load(std::memory_order_relaxed) == nullptr) {
-            detail::queue_node* n = fresh_node();
-            detail::queue_node* expected = nullptr;
-            // (tail): 0 -> n. acq_rel: as the swap in lock().
-            ok = tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed);
-            if (ok) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
-            else detail::give_node(n);
-        }
-        annotate::post_try_lock(this, ok);
-        return ok;
+        if (tail_.load(std::memory_order_relaxed) != nullptr) return nullptr;
+        queue_node* n = fresh_node();
+        queue_node* expected = nullptr;
+        // (tail): 0 -> n. acq_rel: as the swap in lock().
+        if (tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed))
+            return n;
+        give_node(n);
+        return nullptr;
     }
 
-    void unlock() noexcept SPINDLE_RELEASE() {
-        annotate::pre_unlock(this);
-        // relaxed: we wrote it in lock() (or were handed the lock after it
-        // was written, with a release/acquire pair).
-        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
-        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
-        // (holder): n -> 0. relaxed: the release below orders it before the
-        // next holder's store.
-        holder_.store(nullptr, std::memory_order_relaxed);
+    void unlock(queue_node* n) noexcept {
         // acquire pairs with the successor's release store of the link: its
         // node's fields are set before we write its state.
-        detail::queue_node* succ = n->next.load(std::memory_order_acquire);
+        queue_node* succ = n->next.load(std::memory_order_acquire);
         if (succ == nullptr) [[likely]] {
-            detail::queue_node* expected = n;
+            queue_node* expected = n;
             // (tail): n -> 0. release pairs with the acquire swap/CAS of the
             // next locker, who finds the queue empty.
             if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
                                               std::memory_order_relaxed)) [[likely]] {
-                detail::give_node(n);
-                annotate::post_unlock(this);
+                give_node(n);
                 return;
             }
             succ = await_link(n);
@@ -151,20 +148,18 @@ public:
         grant(succ);
         // Nobody reads n any more: the successor wrote n->next and spins on
         // its own node.
-        detail::give_node(n);
-        annotate::post_unlock(this);
+        give_node(n);
     }
 
 private:
-    friend struct detail::lock_probe;
-    using annotate = detail::tsan_lock_annotations;
-    using node = detail::queue_node;
+    friend struct lock_probe;
+    using node = queue_node;
 
     static node* fresh_node() noexcept {
-        node* n = detail::take_node();
+        node* n = take_node();
         // relaxed: published by the release half of the swap/CAS on tail.
         n->next.store(nullptr, std::memory_order_relaxed);
-        n->state.store(detail::node_waiting, std::memory_order_relaxed);
+        n->state.store(node_waiting, std::memory_order_relaxed);
         return n;
     }
 
@@ -176,22 +171,22 @@ private:
         // grant(): the predecessor's critical section happens before ours.
         if constexpr (!Wait::parks) {
             unsigned steps = 0;
-            while (n->state.load(std::memory_order_acquire) != detail::node_granted) detail::spin_step<Wait>(steps);
+            while (n->state.load(std::memory_order_acquire) != node_granted) spin_step<Wait>(steps);
         } else {
             for (unsigned i = 0; i < Wait::spin_steps; ++i) {
-                if (n->state.load(std::memory_order_acquire) == detail::node_granted) return;
+                if (n->state.load(std::memory_order_acquire) == node_granted) return;
                 arch::cpu_relax();
             }
             std::uint32_t s = n->state.load(std::memory_order_acquire);
-            while (s != detail::node_granted) {
+            while (s != node_granted) {
                 // (n->state): waiting -> sleeping, then sleep while it stays
                 // so. The CAS fails if the grant came first; the futex
                 // returns at once if it came in between.
-                if (s == detail::node_waiting &&
-                    !n->state.compare_exchange_strong(s, detail::node_sleeping, std::memory_order_acquire,
+                if (s == node_waiting &&
+                    !n->state.compare_exchange_strong(s, node_sleeping, std::memory_order_acquire,
                                                       std::memory_order_acquire))
                     continue;
-                detail::futex_wait(&n->state, detail::node_sleeping);
+                futex_wait(&n->state, node_sleeping);
                 s = n->state.load(std::memory_order_acquire);
             }
         }
@@ -204,7 +199,7 @@ private:
         unsigned spins = 0;
         node* succ;
         // acquire: as the load of n->next in unlock().
-        while ((succ = n->next.load(std::memory_order_acquire)) == nullptr) detail::backoff(spins);
+        while ((succ = n->next.load(std::memory_order_acquire)) == nullptr) backoff(spins);
         return succ;
     }
 
@@ -213,25 +208,79 @@ private:
     // happens before its.
     static void grant(node* succ) noexcept {
         if constexpr (!Wait::parks) {
-            succ->state.store(detail::node_granted, std::memory_order_release);
+            succ->state.store(node_granted, std::memory_order_release);
         } else {
             // The wake only names the address: by the time it runs the
             // successor may have run on and recycled its node (nodes are
             // never unmapped; a stray wake is a spurious one).
-            if (succ->state.exchange(detail::node_granted, std::memory_order_release) == detail::node_sleeping)
-                detail::futex_wake(&succ->state, 1);
+            if (succ->state.exchange(node_granted, std::memory_order_release) == node_sleeping)
+                futex_wake(&succ->state, 1);
         }
     }
+
+    std::atomic<queue_node*> tail_{nullptr};  // the last node in the queue; null: free
+};
+
+}  // namespace detail
+
+// The papers' MCS lock: the queue and its holder's node.
+template <class Wait>
+class SPINDLE_CAPABILITY("mutex") basic_mcs_lock {
+public:
+    static constexpr const char* name = detail::mcs_queue<Wait>::name;
+    static constexpr bool is_fifo = true;
+    static constexpr bool parks = Wait::parks;
+
+    constexpr basic_mcs_lock() noexcept = default;
+    basic_mcs_lock(const basic_mcs_lock&) = delete;
+    basic_mcs_lock& operator=(const basic_mcs_lock&) = delete;
+
+    void lock() noexcept SPINDLE_ACQUIRE() {
+        annotate::pre_lock(this);
+        detail::queue_node* n = queue_.lock();
+        // (holder): 0 -> n. relaxed: read by our own unlock, or by whoever
+        // the lock is next handed to, after the release/acquire of that
+        // handover.
+        holder_.store(n, std::memory_order_relaxed);
+        annotate::post_lock(this);
+    }
+
+    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
+        annotate::pre_try_lock(this);
+        detail::queue_node* n = queue_.try_lock();
+        if (n != nullptr) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
+        annotate::post_try_lock(this, n != nullptr);
+        return n != nullptr;
+    }
+
+    void unlock() noexcept SPINDLE_RELEASE() {
+        annotate::pre_unlock(this);
+        // relaxed: we wrote it in lock() (or were handed the lock after it
+        // was written, with a release/acquire pair).
+        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
+        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
+        // (holder): n -> 0. relaxed: the release in queue_.unlock() orders
+        // it before the next holder's store.
+        holder_.store(nullptr, std::memory_order_relaxed);
+        queue_.unlock(n);
+        annotate::post_unlock(this);
+    }
+
+private:
+    friend struct detail::lock_probe;
+    using annotate = detail::tsan_lock_annotations;
 
     [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
         detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
     }
 
-    std::atomic<detail::queue_node*> tail_{nullptr};    // the last node in the queue; null: free
+    detail::mcs_queue<Wait> queue_;                      // tail: the last node in the queue; null: free
     std::atomic<detail::queue_node*> holder_{nullptr};  // the holder's node
 };
 
 using mcs_lock = basic_mcs_lock<spin_wait>;
-using mcs_park_lock = basic_mcs_lock<park_wait>;
+// The spin-then-park twin: a futex gate in front of the MCS queue
+// (detail/park_gate.hpp: it may let a running thread overtake the queue).
+using mcs_park_lock = detail::park_gate<detail::mcs_queue<park_wait>>;
 
 }  // namespace spindle

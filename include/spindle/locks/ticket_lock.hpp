@@ -2,7 +2,7 @@
 // twin.
 //
 //     spindle::ticket_lock l;          // spins
-//     spindle::ticket_park_lock p;     // spins a little, then sleeps on a futex
+//     spindle::ticket_park_lock p;     // a futex gate in front of a parking ticket queue
 //     { std::lock_guard g(l); ... }
 //
 // A bakery (Reed and Kanodia, CACM 1979; Mellor-Crummey and Scott, ACM TOCS
@@ -19,7 +19,7 @@
 // when nobody holds or waits).
 //
 // Space (the Hemlock paper's Table 1, in bytes): lock 8 (ticket_park_lock:
-// 12), per thread 0, per held lock 0, per waiter 0; no initialization
+// 16 -- the 12-byte parking queue and the gate word), per thread 0, per held lock 0, per waiter 0; no initialization
 // (all-zero is unlocked), trivially destructible.
 //
 // Lock words:
@@ -32,7 +32,10 @@
 //     held:    next - serving = 1 + the number of waiters (mod 2^32)
 //     ticket t is let in when serving == t.
 //
-// The park variant's waiters spin park_wait::spin_steps steps, then count
+// ticket_park_lock is not this lock alone: it is the gate of
+// detail/park_gate.hpp in front of basic_ticket_lock<park_wait>, which orders
+// the waiters (a running thread may overtake them; see there why). The
+// parking queue's waiters spin park_wait::spin_steps steps, then count
 // themselves in `sleepers` and sleep on the futex of `serving` with
 // FUTEX_WAIT_BITSET, bit (ticket mod 32); an unlock that sees sleepers != 0
 // wakes bit (new serving mod 32) only: normally just the next ticket's
@@ -67,6 +70,7 @@
 #include <spindle/arch/context.hpp>  // cpu_relax
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/park_gate.hpp>
 #include <spindle/locks/wait_policy.hpp>
 
 namespace spindle {
@@ -75,7 +79,10 @@ namespace detail {
 struct no_sleepers {};  // the spin variant's missing third word
 }  // namespace detail
 
-template <class Wait>
+// Annotate: detail::tsan_lock_annotations for the lock types;
+// detail::no_lock_annotations for the waiting line of ticket_park_lock
+// (detail/park_gate.hpp), whose gate makes them.
+template <class Wait, class Annotate = detail::tsan_lock_annotations>
 class SPINDLE_CAPABILITY("mutex") basic_ticket_lock {
 public:
     static constexpr const char* name = Wait::parks ? "spindle::ticket_park_lock" : "spindle::ticket_lock";
@@ -133,7 +140,7 @@ public:
 
 private:
     friend struct detail::lock_probe;
-    using annotate = detail::tsan_lock_annotations;
+    using annotate = Annotate;
 
     static constexpr std::uint32_t ticket_bit(std::uint32_t t) noexcept { return 1u << (t % 32); }
 
@@ -174,6 +181,8 @@ private:
 };
 
 using ticket_lock = basic_ticket_lock<spin_wait>;
-using ticket_park_lock = basic_ticket_lock<park_wait>;
+// The spin-then-park twin: a futex gate in front of a parking ticket queue
+// (detail/park_gate.hpp: it may let a running thread overtake the queue).
+using ticket_park_lock = detail::park_gate<basic_ticket_lock<park_wait, detail::no_lock_annotations>>;
 
 }  // namespace spindle

@@ -5,7 +5,7 @@
 // its two instantiations:
 //
 //     spindle::ticket_lock       = basic_ticket_lock<spin_wait>
-//     spindle::ticket_park_lock  = basic_ticket_lock<park_wait>
+//     spindle::ticket_park_lock  = basic_ticket_lock<park_wait> behind a gate
 //
 // and likewise tas_lock / tas_park_lock, ttas_lock / ttas_park_lock,
 // mcs_lock / mcs_park_lock, clh_lock / clh_park_lock, hemlock / hemlock_park
@@ -29,7 +29,10 @@
 //               a "somebody sleeps" mark in its words, so an unlock makes a
 //               FUTEX_WAKE only when a waiter may sleep: the uncontended
 //               paths never enter the kernel. For oversubscribed machines,
-//               and for locks held across blocking calls.
+//               and for locks held across blocking calls. The FIFO
+//               families' park twins (ticket, MCS, CLH, Hemlock) put a
+//               futex gate in front of basic_X<park_wait>, which then only
+//               orders the waiters: detail/park_gate.hpp.
 //
 // A policy is a type with `parks` (bool) and `spin_steps` (unsigned) where it
 // parks, `yield_every` where it does not; tests pass their own (the Hemlock model spins once before it
