@@ -257,17 +257,44 @@ inline std::string node_note() {
            " bytes, once it has used them)";
 }
 template <class Wait>
-struct space_of<spindle::basic_mcs_lock<Wait>> {
+struct space_of<spindle::detail::mcs_queue<Wait>> {
     static space_row get() {
-        return {sizeof(spindle::basic_mcs_lock<Wait>), sizeof(spindle::detail::node_cache),
+        return {sizeof(spindle::detail::mcs_queue<Wait>), sizeof(spindle::detail::node_cache),
                 sizeof(spindle::detail::queue_node), sizeof(spindle::detail::queue_node), node_note()};
     }
 };
 template <class Wait>
-struct space_of<spindle::basic_clh_lock<Wait>> {
+struct space_of<spindle::detail::clh_queue<Wait>> {
     static space_row get() {
-        return {sizeof(spindle::basic_clh_lock<Wait>), sizeof(spindle::detail::node_cache),
-                sizeof(spindle::detail::queue_node), sizeof(spindle::detail::queue_node), node_note()};
+        space_row r = space_of<spindle::detail::mcs_queue<Wait>>::get();
+        r.lock = sizeof(spindle::detail::clh_queue<Wait>);
+        return r;
+    }
+};
+
+// A lock built around a queue (MCS/CLH with their holder word, every park
+// twin's gate): its own size, and what its queue needs beside it.
+template <class Lock, class Queue>
+space_row around_queue() {
+    space_row r = space_of<Queue>::get();
+    r.lock = sizeof(Lock);
+    return r;
+}
+template <class Queue>
+struct space_of<spindle::detail::node_queue_lock<Queue>> {
+    static space_row get() { return around_queue<spindle::detail::node_queue_lock<Queue>, Queue>(); }
+};
+template <class Queue>
+struct space_of<spindle::detail::park_gate<Queue>> {
+    static space_row get() {
+        space_row r = around_queue<spindle::detail::park_gate<Queue>, Queue>();
+        // The head leaves the queue when it takes the gate: a held lock keeps
+        // no node.
+        if (r.per_held_lock != 0) {
+            r.per_held_lock = 0;
+            r.note += "; a park twin's holder has left the queue: nothing per held lock";
+        }
+        return r;
     }
 };
 

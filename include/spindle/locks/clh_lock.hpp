@@ -89,6 +89,7 @@
 #include <spindle/arch/context.hpp>  // cpu_relax
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/node_queue_lock.hpp>
 #include <spindle/locks/detail/park_gate.hpp>
 #include <spindle/locks/detail/queue_node.hpp>
 #include <spindle/locks/wait_policy.hpp>
@@ -106,6 +107,7 @@ template <class Wait>
 class clh_queue {
 public:
     static constexpr const char* name = Wait::parks ? "spindle::clh_park_lock" : "spindle::clh_lock";
+    static constexpr bool parks = Wait::parks;
 
     constexpr clh_queue() noexcept = default;
     clh_queue(const clh_queue&) = delete;
@@ -124,17 +126,7 @@ public:
     }
 
     // The tail CAS of a try_lock: only on an empty queue. Null if it was not.
-    queue_node* try_lock() noexcept {
-        // relaxed: a held lock fails without a node or a write.
-        if (tail_.load(std::memory_order_relaxed) != nullptr) return nullptr;
-        queue_node* n = fresh_node();
-        queue_node* expected = nullptr;
-        // (tail): 0 -> n. acq_rel: as the swap in lock().
-        if (tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed))
-            return n;
-        give_node(n);
-        return nullptr;
-    }
+    queue_node* try_lock() noexcept { return enqueue_if_empty(tail_, &fresh_node); }
 
     void unlock(queue_node* n) noexcept {
         queue_node* expected = n;
@@ -145,7 +137,7 @@ public:
             give_node(n);  // nobody saw n: it stays ours
         } else {
             // A successor watches n: let it in. n is its now.
-            grant(n);
+            grant_node<Wait>(n);
         }
     }
 
@@ -164,47 +156,8 @@ private:
     // touches it again as a node (a park variant's late wake names only its
     // address).
     SPINDLE_COLD static void wait_behind(node* p) noexcept {
-        // acquire pairs with the release store/exchange in grant(): the
-        // predecessor's critical section happens before ours.
-        if constexpr (!Wait::parks) {
-            unsigned steps = 0;
-            while (p->state.load(std::memory_order_acquire) != node_granted) spin_step<Wait>(steps);
-        } else {
-            unsigned i = 0;
-            for (; i < Wait::spin_steps; ++i) {
-                if (p->state.load(std::memory_order_acquire) == node_granted) break;
-                arch::cpu_relax();
-            }
-            if (i == Wait::spin_steps) {
-                std::uint32_t s = p->state.load(std::memory_order_acquire);
-                while (s != node_granted) {
-                    // (p->state): waiting -> sleeping, then sleep while it
-                    // stays so. The CAS fails if the grant came first; the
-                    // futex returns at once if it came in between.
-                    if (s == node_waiting &&
-                        !p->state.compare_exchange_strong(s, node_sleeping, std::memory_order_acquire,
-                                                          std::memory_order_acquire))
-                        continue;
-                    futex_wait(&p->state, node_sleeping);
-                    s = p->state.load(std::memory_order_acquire);
-                }
-            }
-        }
+        await_granted<Wait>(p);  // our predecessor's node
         give_node(p);
-    }
-
-    // (n->state): waiting|sleeping -> granted. release pairs with the
-    // successor's acquire loads in wait_behind(): our critical section
-    // happens before its.
-    static void grant(node* n) noexcept {
-        if constexpr (!Wait::parks) {
-            n->state.store(node_granted, std::memory_order_release);
-        } else {
-            // The wake only names the address: the successor may already
-            // have taken n, and even reused it (see the header).
-            if (n->state.exchange(node_granted, std::memory_order_release) == node_sleeping)
-                futex_wake(&n->state, 1);
-        }
     }
 
     std::atomic<queue_node*> tail_{nullptr};  // the last node in the queue; null: free
@@ -212,58 +165,9 @@ private:
 
 }  // namespace detail
 
-// The CLH lock of the papers (without a dummy node): the queue and its
-// holder's node.
+// The lock of the papers: the queue and its holder's node.
 template <class Wait>
-class SPINDLE_CAPABILITY("mutex") basic_clh_lock {
-public:
-    static constexpr const char* name = detail::clh_queue<Wait>::name;
-    static constexpr bool is_fifo = true;
-    static constexpr bool parks = Wait::parks;
-
-    constexpr basic_clh_lock() noexcept = default;
-    basic_clh_lock(const basic_clh_lock&) = delete;
-    basic_clh_lock& operator=(const basic_clh_lock&) = delete;
-
-    void lock() noexcept SPINDLE_ACQUIRE() {
-        annotate::pre_lock(this);
-        detail::queue_node* n = queue_.lock();
-        // (holder): 0 -> n. relaxed: read by our own unlock.
-        holder_.store(n, std::memory_order_relaxed);
-        annotate::post_lock(this);
-    }
-
-    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
-        annotate::pre_try_lock(this);
-        detail::queue_node* n = queue_.try_lock();
-        if (n != nullptr) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
-        annotate::post_try_lock(this, n != nullptr);
-        return n != nullptr;
-    }
-
-    void unlock() noexcept SPINDLE_RELEASE() {
-        annotate::pre_unlock(this);
-        // relaxed: we wrote it in lock().
-        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
-        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
-        // (holder): n -> 0. relaxed: the release in queue_.unlock() orders
-        // it before the next holder's store.
-        holder_.store(nullptr, std::memory_order_relaxed);
-        queue_.unlock(n);
-        annotate::post_unlock(this);
-    }
-
-private:
-    friend struct detail::lock_probe;
-    using annotate = detail::tsan_lock_annotations;
-
-    [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
-        detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
-    }
-
-    detail::clh_queue<Wait> queue_;                      // tail: the last node in the queue; null: free
-    std::atomic<detail::queue_node*> holder_{nullptr};  // the holder's node
-};
+using basic_clh_lock = detail::node_queue_lock<detail::clh_queue<Wait>>;
 
 using clh_lock = basic_clh_lock<spin_wait>;
 // The spin-then-park twin: a futex gate in front of the CLH queue

@@ -512,14 +512,16 @@ private:
 using hemlock = basic_hemlock<hemlock_variant::ctr, spin_wait>;
 // The spin-then-park twins: a futex gate in front of a parking Hemlock queue
 // (detail/park_gate.hpp: it may let a running thread overtake the queue).
+namespace detail {
 template <hemlock_variant V>
-using hemlock_park_gate = detail::park_gate<basic_hemlock<V, park_wait, detail::hemlock_queue_env<V, park_wait>>>;
-using hemlock_park = hemlock_park_gate<hemlock_variant::ctr>;
+using hemlock_park_gate = park_gate<basic_hemlock<V, park_wait, hemlock_queue_env<V, park_wait>>>;
+}  // namespace detail
+using hemlock_park = detail::hemlock_park_gate<hemlock_variant::ctr>;
 using hemlock_naive = basic_hemlock<hemlock_variant::naive, spin_wait>;
-using hemlock_naive_park = hemlock_park_gate<hemlock_variant::naive>;
+using hemlock_naive_park = detail::hemlock_park_gate<hemlock_variant::naive>;
 using hemlock_overlap = basic_hemlock<hemlock_variant::overlap, spin_wait>;
-using hemlock_overlap_park = hemlock_park_gate<hemlock_variant::overlap>;
+using hemlock_overlap_park = detail::hemlock_park_gate<hemlock_variant::overlap>;
 using hemlock_aho = basic_hemlock<hemlock_variant::aho, spin_wait>;
-using hemlock_aho_park = hemlock_park_gate<hemlock_variant::aho>;
+using hemlock_aho_park = detail::hemlock_park_gate<hemlock_variant::aho>;
 
 }  // namespace spindle

@@ -81,6 +81,7 @@
 #include <spindle/arch/context.hpp>  // cpu_relax
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/node_queue_lock.hpp>
 #include <spindle/locks/detail/park_gate.hpp>
 #include <spindle/locks/detail/queue_node.hpp>
 #include <spindle/locks/wait_policy.hpp>
@@ -98,6 +99,7 @@ template <class Wait>
 class mcs_queue {
 public:
     static constexpr const char* name = Wait::parks ? "spindle::mcs_park_lock" : "spindle::mcs_lock";
+    static constexpr bool parks = Wait::parks;
 
     constexpr mcs_queue() noexcept = default;
     mcs_queue(const mcs_queue&) = delete;
@@ -118,17 +120,7 @@ public:
     }
 
     // The tail CAS of a try_lock: only on an empty queue. Null if it was not.
-    queue_node* try_lock() noexcept {
-        // relaxed: a held lock fails without a node or a write.
-        if (tail_.load(std::memory_order_relaxed) != nullptr) return nullptr;
-        queue_node* n = fresh_node();
-        queue_node* expected = nullptr;
-        // (tail): 0 -> n. acq_rel: as the swap in lock().
-        if (tail_.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed))
-            return n;
-        give_node(n);
-        return nullptr;
-    }
+    queue_node* try_lock() noexcept { return enqueue_if_empty(tail_, &fresh_node); }
 
     void unlock(queue_node* n) noexcept {
         // acquire pairs with the successor's release store of the link: its
@@ -145,7 +137,7 @@ public:
             }
             succ = await_link(n);
         }
-        grant(succ);
+        grant_node<Wait>(succ);
         // Nobody reads n any more: the successor wrote n->next and spins on
         // its own node.
         give_node(n);
@@ -167,29 +159,7 @@ private:
         // (p->next): 0 -> n. release pairs with the acquire load of p->next
         // in p's owner's unlock: n's fields are set before it writes n->state.
         p->next.store(n, std::memory_order_release);
-        // acquire pairs with the release store/exchange of node_granted in
-        // grant(): the predecessor's critical section happens before ours.
-        if constexpr (!Wait::parks) {
-            unsigned steps = 0;
-            while (n->state.load(std::memory_order_acquire) != node_granted) spin_step<Wait>(steps);
-        } else {
-            for (unsigned i = 0; i < Wait::spin_steps; ++i) {
-                if (n->state.load(std::memory_order_acquire) == node_granted) return;
-                arch::cpu_relax();
-            }
-            std::uint32_t s = n->state.load(std::memory_order_acquire);
-            while (s != node_granted) {
-                // (n->state): waiting -> sleeping, then sleep while it stays
-                // so. The CAS fails if the grant came first; the futex
-                // returns at once if it came in between.
-                if (s == node_waiting &&
-                    !n->state.compare_exchange_strong(s, node_sleeping, std::memory_order_acquire,
-                                                      std::memory_order_acquire))
-                    continue;
-                futex_wait(&n->state, node_sleeping);
-                s = n->state.load(std::memory_order_acquire);
-            }
-        }
+        await_granted<Wait>(n);  // our own node
     }
 
     // A successor swapped the tail after us but has not linked itself yet:
@@ -203,80 +173,14 @@ private:
         return succ;
     }
 
-    // (succ->state): waiting|sleeping -> granted. release pairs with the
-    // successor's acquire loads in wait_behind(): our critical section
-    // happens before its.
-    static void grant(node* succ) noexcept {
-        if constexpr (!Wait::parks) {
-            succ->state.store(node_granted, std::memory_order_release);
-        } else {
-            // The wake only names the address: by the time it runs the
-            // successor may have run on and recycled its node (nodes are
-            // never unmapped; a stray wake is a spurious one).
-            if (succ->state.exchange(node_granted, std::memory_order_release) == node_sleeping)
-                futex_wake(&succ->state, 1);
-        }
-    }
-
     std::atomic<queue_node*> tail_{nullptr};  // the last node in the queue; null: free
 };
 
 }  // namespace detail
 
-// The papers' MCS lock: the queue and its holder's node.
+// The lock of the papers: the queue and its holder's node.
 template <class Wait>
-class SPINDLE_CAPABILITY("mutex") basic_mcs_lock {
-public:
-    static constexpr const char* name = detail::mcs_queue<Wait>::name;
-    static constexpr bool is_fifo = true;
-    static constexpr bool parks = Wait::parks;
-
-    constexpr basic_mcs_lock() noexcept = default;
-    basic_mcs_lock(const basic_mcs_lock&) = delete;
-    basic_mcs_lock& operator=(const basic_mcs_lock&) = delete;
-
-    void lock() noexcept SPINDLE_ACQUIRE() {
-        annotate::pre_lock(this);
-        detail::queue_node* n = queue_.lock();
-        // (holder): 0 -> n. relaxed: read by our own unlock, or by whoever
-        // the lock is next handed to, after the release/acquire of that
-        // handover.
-        holder_.store(n, std::memory_order_relaxed);
-        annotate::post_lock(this);
-    }
-
-    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
-        annotate::pre_try_lock(this);
-        detail::queue_node* n = queue_.try_lock();
-        if (n != nullptr) holder_.store(n, std::memory_order_relaxed);  // relaxed: as in lock()
-        annotate::post_try_lock(this, n != nullptr);
-        return n != nullptr;
-    }
-
-    void unlock() noexcept SPINDLE_RELEASE() {
-        annotate::pre_unlock(this);
-        // relaxed: we wrote it in lock() (or were handed the lock after it
-        // was written, with a release/acquire pair).
-        detail::queue_node* n = holder_.load(std::memory_order_relaxed);
-        if (SPINDLE_DEBUG_CHECKS && n == nullptr) misuse();
-        // (holder): n -> 0. relaxed: the release in queue_.unlock() orders
-        // it before the next holder's store.
-        holder_.store(nullptr, std::memory_order_relaxed);
-        queue_.unlock(n);
-        annotate::post_unlock(this);
-    }
-
-private:
-    friend struct detail::lock_probe;
-    using annotate = detail::tsan_lock_annotations;
-
-    [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
-        detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
-    }
-
-    detail::mcs_queue<Wait> queue_;                      // tail: the last node in the queue; null: free
-    std::atomic<detail::queue_node*> holder_{nullptr};  // the holder's node
-};
+using basic_mcs_lock = detail::node_queue_lock<detail::mcs_queue<Wait>>;
 
 using mcs_lock = basic_mcs_lock<spin_wait>;
 // The spin-then-park twin: a futex gate in front of the MCS queue

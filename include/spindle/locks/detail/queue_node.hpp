@@ -60,7 +60,9 @@
 #include <cstdint>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/lock_support.hpp>  // tls()
+#include <spindle/locks/wait_policy.hpp>
 
 namespace spindle::detail {
 
@@ -117,6 +119,66 @@ SPINDLE_ALWAYS_INLINE void give_node(queue_node* n) noexcept {
     c.head = n;
     if (++c.count > c.limit) [[unlikely]]
         node_cache_spill();
+}
+
+// ---- what MCS and CLH waiters share (mcs_lock.hpp, clh_lock.hpp) ----
+
+// Wait until `watched` (MCS: the waiter's own node; CLH: its predecessor's)
+// reads node_granted. Spin; the park variant then marks the node sleeping
+// and sleeps on it. acquire pairs with the release in grant_node(): the
+// predecessor's critical section happens before ours.
+template <class Wait>
+SPINDLE_COLD void await_granted(queue_node* watched) noexcept {
+    if constexpr (!Wait::parks) {
+        unsigned steps = 0;
+        while (watched->state.load(std::memory_order_acquire) != node_granted) spin_step<Wait>(steps);
+    } else {
+        for (unsigned i = 0; i < Wait::spin_steps; ++i) {
+            if (watched->state.load(std::memory_order_acquire) == node_granted) return;
+            arch::cpu_relax();
+        }
+        std::uint32_t s = watched->state.load(std::memory_order_acquire);
+        while (s != node_granted) {
+            // (watched->state): waiting -> sleeping, then sleep while it
+            // stays so. The CAS fails if the grant came first; the futex
+            // returns at once if it came in between.
+            if (s == node_waiting &&
+                !watched->state.compare_exchange_strong(s, node_sleeping, std::memory_order_acquire,
+                                                        std::memory_order_acquire))
+                continue;
+            futex_wait(&watched->state, node_sleeping);
+            s = watched->state.load(std::memory_order_acquire);
+        }
+    }
+}
+
+// (n->state): waiting|sleeping -> granted: let n's watcher in. release
+// pairs with the watcher's acquire loads in await_granted(). The park
+// variant's wake names only the address: by then the watcher may have run
+// on and recycled the node (nodes are never unmapped; a stray wake is a
+// spurious one).
+template <class Wait>
+void grant_node(queue_node* n) noexcept {
+    if constexpr (!Wait::parks) {
+        n->state.store(node_granted, std::memory_order_release);
+    } else {
+        if (n->state.exchange(node_granted, std::memory_order_release) == node_sleeping) futex_wake(&n->state, 1);
+    }
+}
+
+// try_lock of a node queue: `fresh` (a node the caller prepared) becomes
+// the tail if the queue is empty; otherwise it goes back to the cache and
+// the result is null.
+inline queue_node* enqueue_if_empty(std::atomic<queue_node*>& tail, queue_node* (*fresh)() noexcept) noexcept {
+    // relaxed: a held lock fails without a node or a write.
+    if (tail.load(std::memory_order_relaxed) != nullptr) return nullptr;
+    queue_node* n = fresh();
+    queue_node* expected = nullptr;
+    // (tail): 0 -> n. acq_rel: as the swap of lock() (acquire: the unlock
+    // that emptied the queue happens before us; release: n's fields).
+    if (tail.compare_exchange_strong(expected, n, std::memory_order_acq_rel, std::memory_order_relaxed)) return n;
+    give_node(n);
+    return nullptr;
 }
 
 // For tests: nodes carved since the process started, and nodes in the pool.
