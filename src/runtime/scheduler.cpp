@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <spindle/locks/detail/futex.hpp>
+#include <spindle/locks/tclock.hpp>  // tclock_may_block
 
 namespace spindle::detail {
 
@@ -465,6 +466,13 @@ void park(waiter* wt) noexcept {
         return;
     }
     if (thread_park_spin(wt)) return;
+    // A thread about to sleep inside a TCLock critical section that a
+    // combiner runs for it: move the section back to its own thread first
+    // (tclock.hpp, "Blocking inside a critical section"), so that the
+    // combiner's thread and the batch behind it do not sleep with it. The
+    // waiter record names no thread (a futex word on this stack), so the
+    // sleep may happen on either. One TLS load when not delegated.
+    tclock_may_block();
     std::uint32_t s = park_empty;
     // empty -> parked: from here on an unpark must futex_wake us. A no-op
     // if we were notified meanwhile, or had announced parked before (a timed

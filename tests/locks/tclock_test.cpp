@@ -40,6 +40,7 @@
 #include <spindle/arch/context.hpp>
 #include <spindle/locks/tclock.hpp>
 #include <spindle/locks/tclock_shared.hpp>
+#include <spindle/sync/counting_semaphore.hpp>
 
 namespace {
 
@@ -517,6 +518,40 @@ TYPED_TEST(TClockTyped, MayBlockGivesTheSectionBack) {
     for (int i = 0; i < 3; ++i) EXPECT_EQ(after_hb[i], own[i]) << i;
     EXPECT_EQ(counter, 3);
     EXPECT_GE(spindle::detail::tc_read_counters().handbacks - before.handbacks, 1u);
+}
+
+// A delegated section that blocks on one of spindle's own primitives (a
+// counting_semaphore with no permit, acquired by a plain thread) is detected
+// without tclock_may_block: the thread-parking path gives the section back
+// to its own thread before it sleeps, so the combiner and the rest of the
+// batch go on. Section 1 runs on section 0's thread (the combiner) and
+// blocks; the releaser lets it in only once the handback happened (or,
+// should detection be missing, after a long while: then the checks fail).
+TYPED_TEST(TClockTyped, BlockingOnASpindlePrimitiveGivesTheSectionBack) {
+    TypeParam m;
+    spindle::counting_semaphore<> sem(0);
+    const auto before = spindle::detail::tc_read_counters();
+    long own[3] = {}, inside[3] = {}, after_wait[3] = {};
+    int counter = 0;
+    std::thread releaser([&] {
+        for (long i = 0; i < 2'000'000 && spindle::detail::tc_read_counters().handbacks == before.handbacks; ++i)
+            std::this_thread::yield();
+        sem.release();
+    });
+    queued(m, 3, [&](int i) {
+        own[i] = tid();
+        m.lock();
+        inside[i] = tid();
+        if (i == 1) sem.acquire();
+        after_wait[i] = tid();
+        ++counter;
+        m.unlock();
+    });
+    releaser.join();
+    EXPECT_EQ(inside[1], own[0]) << "section 1 was not delegated: the test proves nothing";
+    EXPECT_EQ(after_wait[1], own[1]) << "the blocked section stayed on the combiner's thread";
+    EXPECT_GE(spindle::detail::tc_read_counters().handbacks - before.handbacks, 1u);
+    EXPECT_EQ(counter, 3);
 }
 
 template <class L>

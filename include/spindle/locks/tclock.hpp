@@ -115,10 +115,14 @@
 // stays held; the combiner ends its batch and queues for the lock again), and
 // from then on until its unlock() the section runs where it was called. It
 // costs nothing when the section is not delegated. Detected without the call:
-// a wait that releases the tclock first (unlock(); wait; lock() — the
-// standard condition-variable shape) ends the delegated section at the
-// unlock() and sleeps on the waiter's own thread. Not detected: any other
-// blocking call; a section that sleeps without the call stalls the batch for
+//   * a wait that releases the tclock first (unlock(); wait; lock() — the
+//     standard condition-variable shape) ends the delegated section at the
+//     unlock() and sleeps on the waiter's own thread;
+//   * a thread that sleeps in any spindle::sync primitive (mutex,
+//     semaphore, condition variable, latch, barrier, event, channel, pool):
+//     their thread-parking path calls tclock_may_block() before it sleeps.
+// Not detected: other blocking calls (a futex, read(2), another library's
+// lock); a section that sleeps in one without the call stalls the batch for
 // as long as it sleeps (the lock stays correct).
 //
 // Nesting and out-of-order release (§4.1). A delegated section may take
