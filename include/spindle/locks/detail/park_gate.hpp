@@ -236,8 +236,8 @@ private:
             if (SPINDLE_DEBUG_CHECKS && (w & held) == 0) misuse();
             if (w & handoff) {
                 // (word): held|handoff[|sleeps] -> held|given. release pairs
-                // with the head's acquire fence: our section happens before
-                // its. The head may not be asleep yet (it set handoff, then
+                // with the head's acquire load of held|given: our section
+                // happens before its. The head may not be asleep yet (it set handoff, then
                 // sleeps on that value): the wake, or the changed word, gets
                 // it either way.
                 if (word_.compare_exchange_weak(w, held | given, std::memory_order_release,
