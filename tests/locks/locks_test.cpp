@@ -384,12 +384,11 @@ TYPED_TEST(LockTest, BargingDoesNotStarveQueuedWaiters) {
 // The handoff itself, step by step (the handoff delay set to 0, so a head
 // that has slept once asks for it): the main thread holds the lock; a
 // waiter becomes the queue head and sleeps on the gate (its `sleeps` bit
-// shows); the main thread unlocks and at once relocks -- overtaking the
-// woken head, which then finds the gate held, asks for the handoff and
-// sleeps again (`handoff` shows). The next unlock must pass the gate to it:
-// the waiter runs its section while the main thread waits for it in lock().
-// If the woken head wins the race instead (the relock is a few instructions,
-// the head's wake a context switch), the round proves nothing and is rerun.
+// shows). The main thread then wakes it without releasing the lock (a
+// spurious wake-up, a FUTEX_WAKE on the gate word): the head finds the gate
+// held, asks for the handoff and sleeps again (`handoff` shows). The next
+// unlock must pass the gate to it, so the main thread's immediate relock
+// cannot overtake it: when that relock returns, the waiter has run.
 TYPED_TEST(LockTest, ParkGateHandsTheLockToAStarvingHead) {
     if constexpr (!requires { TypeParam::barges; }) {
         GTEST_SKIP() << TypeParam::name << " has no park gate";
@@ -399,40 +398,26 @@ TYPED_TEST(LockTest, ParkGateHandsTheLockToAStarvingHead) {
             ~restore() { spindle::detail::park_gate_handoff_after_ns.store(old); }
         } r;
         spindle::detail::park_gate_handoff_after_ns.store(0);
-        bool handed = false;
-        for (int round = 0; round < 20 && !handed; ++round) {
-            TypeParam l;
-            std::vector<int> order;
+        TypeParam l;
+        std::vector<int> order;  // written under the lock
+        l.lock();
+        std::thread waiter([&] {
             l.lock();
-            std::thread waiter([&] {
-                l.lock();
-                order.push_back(1);
-                l.unlock();
-            });
-            while ((lock_probe::gate(l) & lock_probe::gate_sleeps) == 0) std::this_thread::yield();
+            order.push_back(1);
             l.unlock();
-            l.lock();
-            order.push_back(0);
-            // Either the waiter asks for the handoff, or it already got in.
-            // (order is written under the lock, which we hold: size 2 means
-            // the waiter ran before our relock.)
-            while ((lock_probe::gate(l) & lock_probe::gate_handoff) == 0 && order.size() < 2)
-                std::this_thread::yield();
-            const bool asked = (lock_probe::gate(l) & lock_probe::gate_handoff) != 0;
-            const std::uint64_t before = spindle::detail::park_gate_handoffs.load();
-            l.unlock();
-            if (asked) {
-                // The gate went to the waiter: our relock queues behind it.
-                l.lock();
-                ASSERT_EQ(order.size(), 2u) << "the waiter asked for the handoff but did not get the lock next";
-                EXPECT_EQ(order[1], 1);
-                EXPECT_GT(spindle::detail::park_gate_handoffs.load(), before);
-                l.unlock();
-                handed = true;
-            }
-            waiter.join();
+        });
+        while ((lock_probe::gate(l) & lock_probe::gate_sleeps) == 0) std::this_thread::yield();
+        while ((lock_probe::gate(l) & lock_probe::gate_handoff) == 0) {
+            spindle::detail::futex_wake(lock_probe::gate_word(l), 1);
+            std::this_thread::yield();
         }
-        EXPECT_TRUE(handed) << "the woken head won the race in every round";
+        const std::uint64_t before = spindle::detail::park_gate_handoffs.load();
+        l.unlock();
+        l.lock();
+        EXPECT_EQ(order, std::vector<int>{1}) << "the relock overtook a head that had asked for the handoff";
+        EXPECT_EQ(spindle::detail::park_gate_handoffs.load(), before + 1);
+        l.unlock();
+        waiter.join();
     }
 }
 

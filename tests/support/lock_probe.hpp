@@ -31,6 +31,10 @@ struct spindle::detail::lock_probe {
         static_assert(L::sleeps == gate_sleeps && L::handoff == gate_handoff);
         return l.word_.load(std::memory_order_relaxed);
     }
+    template <class L>
+    static std::atomic<std::uint32_t>* gate_word(L& l) {
+        return &l.word_;
+    }
     // Its value now (a relaxed load: an observation, not synchronization).
     template <class L>
     static std::uintptr_t arrivals(const L& l) {
