@@ -43,113 +43,29 @@
 //
 // Undefined: the uses marked above; copying or moving a lock (deleted);
 // destroying a held lock.
+//
+// The code is detail::test_and_set_lock (detail/test_and_set_lock.hpp),
+// shared with ttas_lock; tas_policy below is what makes it this lock.
 #pragma once
 
-#include <atomic>
-#include <cstdint>
-
-#include <spindle/arch/config.hpp>
-#include <spindle/arch/context.hpp>  // cpu_relax
-#include <spindle/locks/detail/futex.hpp>
-#include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/test_and_set_lock.hpp>
 #include <spindle/locks/wait_policy.hpp>
 
 namespace spindle {
 
-template <class Wait>
-class SPINDLE_CAPABILITY("mutex") basic_tas_lock {
-public:
-    static constexpr const char* name = Wait::parks ? "spindle::tas_park_lock" : "spindle::tas_lock";
-    static constexpr bool is_fifo = false;
-    static constexpr bool parks = Wait::parks;
+namespace detail {
 
-    constexpr basic_tas_lock() noexcept = default;
-    basic_tas_lock(const basic_tas_lock&) = delete;
-    basic_tas_lock& operator=(const basic_tas_lock&) = delete;
-
-    void lock() noexcept SPINDLE_ACQUIRE() {
-        annotate::pre_lock(this);
-        if (!take()) [[unlikely]]
-            lock_slow();
-        annotate::post_lock(this);
-    }
-
-    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
-        annotate::pre_try_lock(this);
-        // relaxed: a held lock fails without writing its line; take() is
-        // the acquire.
-        const bool ok = word_.load(std::memory_order_relaxed) == unlocked && take();
-        annotate::post_try_lock(this, ok);
-        return ok;
-    }
-
-    void unlock() noexcept SPINDLE_RELEASE() {
-        annotate::pre_unlock(this);
-        if constexpr (!Wait::parks) {
-            // relaxed: a misuse check, not synchronization.
-            if (SPINDLE_DEBUG_CHECKS && word_.load(std::memory_order_relaxed) == unlocked) misuse();
-            // (word): 1 -> 0. release pairs with the acquire of take(): our
-            // critical section happens before the next one.
-            word_.store(unlocked, std::memory_order_release);
-        } else {
-            // (word): 1 -> 0, or 2 -> 0 and wake one. release: as above.
-            const std::uint32_t old = word_.exchange(unlocked, std::memory_order_release);
-            if (old == locked_sleepers) [[unlikely]]
-                detail::futex_wake(&word_, 1);
-            else if (SPINDLE_DEBUG_CHECKS && old == unlocked)
-                misuse();
-        }
-        annotate::post_unlock(this);
-    }
-
-private:
-    friend struct detail::lock_probe;
-    using annotate = detail::tsan_lock_annotations;
-
-    static constexpr std::uint32_t unlocked = 0;
-    static constexpr std::uint32_t locked = 1;
-    static constexpr std::uint32_t locked_sleepers = 2;  // park variant only
-
-    // One attempt. acquire pairs with unlock's release store/exchange.
-    bool take() noexcept {
-        if constexpr (!Wait::parks) {
-            // (word): x -> 1; ours if x was 0.
-            return word_.exchange(locked, std::memory_order_acquire) == unlocked;
-        } else {
-            // (word): 0 -> 1. A CAS, not a swap: a swap would turn a 2 into
-            // a 1 and the holder's unlock would not wake the sleepers.
-            std::uint32_t expected = unlocked;
-            return word_.compare_exchange_strong(expected, locked, std::memory_order_acquire,
-                                                 std::memory_order_relaxed);
-        }
-    }
-
-    SPINDLE_COLD void lock_slow() noexcept {
-        if constexpr (!Wait::parks) {
-            unsigned steps = 0;
-            do detail::spin_step<Wait>(steps);
-            while (!take());
-        } else {
-            for (unsigned i = 0; i < Wait::spin_steps; ++i) {
-                arch::cpu_relax();
-                if (take()) return;
-            }
-            // (word): x -> 2; ours if x was 0 (then marked 2: our unlock
-            // wakes a sleeper that may not exist -- one spare syscall).
-            // acquire pairs with unlock's release exchange. The futex
-            // returns at once if the word is no longer 2 (an unlock came
-            // in between): no lost wake-up.
-            while (word_.exchange(locked_sleepers, std::memory_order_acquire) != unlocked)
-                detail::futex_wait(&word_, locked_sleepers);
-        }
-    }
-
-    [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
-        detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
-    }
-
-    std::atomic<std::uint32_t> word_{unlocked};
+// Swap at every step, no test before it, no backoff.
+struct tas_policy {
+    static constexpr const char* spin_name = "spindle::tas_lock";
+    static constexpr const char* park_name = "spindle::tas_park_lock";
+    static constexpr bool test_first = false;
 };
+
+}  // namespace detail
+
+template <class Wait>
+using basic_tas_lock = detail::test_and_set_lock<Wait, detail::tas_policy>;
 
 using tas_lock = basic_tas_lock<spin_wait>;
 using tas_park_lock = basic_tas_lock<park_wait>;

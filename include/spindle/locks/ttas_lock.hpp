@@ -45,124 +45,33 @@
 //
 // Undefined: the uses marked above; copying or moving a lock (deleted);
 // destroying a held lock.
+//
+// The code is detail::test_and_set_lock (detail/test_and_set_lock.hpp),
+// shared with tas_lock; ttas_policy below is what makes it this lock.
 #pragma once
 
-#include <atomic>
-#include <cstdint>
-
-#include <spindle/arch/config.hpp>
-#include <spindle/arch/context.hpp>  // cpu_relax
-#include <spindle/locks/detail/futex.hpp>
-#include <spindle/locks/detail/lock_support.hpp>
+#include <spindle/locks/detail/test_and_set_lock.hpp>
 #include <spindle/locks/wait_policy.hpp>
 
 namespace spindle {
 
-template <class Wait>
-class SPINDLE_CAPABILITY("mutex") basic_ttas_lock {
-public:
-    static constexpr const char* name = Wait::parks ? "spindle::ttas_park_lock" : "spindle::ttas_lock";
-    static constexpr bool is_fifo = false;
-    static constexpr bool parks = Wait::parks;
+namespace detail {
 
+// Test before the test-and-set, with bounded exponential backoff.
+struct ttas_policy {
+    static constexpr const char* spin_name = "spindle::ttas_lock";
+    static constexpr const char* park_name = "spindle::ttas_park_lock";
+    static constexpr bool test_first = true;
     // cpu_relax steps between a lost race and the next read: doubling from
     // backoff_min after each loss, at most backoff_max (a few microseconds).
     static constexpr unsigned backoff_min = 4;
     static constexpr unsigned backoff_max = 1024;
-
-    constexpr basic_ttas_lock() noexcept = default;
-    basic_ttas_lock(const basic_ttas_lock&) = delete;
-    basic_ttas_lock& operator=(const basic_ttas_lock&) = delete;
-
-    void lock() noexcept SPINDLE_ACQUIRE() {
-        annotate::pre_lock(this);
-        if (!take()) [[unlikely]]
-            lock_slow();
-        annotate::post_lock(this);
-    }
-
-    [[nodiscard]] bool try_lock() noexcept SPINDLE_TRY_ACQUIRE(true) {
-        annotate::pre_try_lock(this);
-        // relaxed: the test half; take() is the acquire.
-        const bool ok = word_.load(std::memory_order_relaxed) == unlocked && take();
-        annotate::post_try_lock(this, ok);
-        return ok;
-    }
-
-    void unlock() noexcept SPINDLE_RELEASE() {
-        annotate::pre_unlock(this);
-        if constexpr (!Wait::parks) {
-            // relaxed: a misuse check, not synchronization.
-            if (SPINDLE_DEBUG_CHECKS && word_.load(std::memory_order_relaxed) == unlocked) misuse();
-            // (word): 1 -> 0. release pairs with take()'s acquire CAS.
-            word_.store(unlocked, std::memory_order_release);
-        } else {
-            // (word): 1 -> 0, or 2 -> 0 and wake one. release: as above.
-            const std::uint32_t old = word_.exchange(unlocked, std::memory_order_release);
-            if (old == locked_sleepers) [[unlikely]]
-                detail::futex_wake(&word_, 1);
-            else if (SPINDLE_DEBUG_CHECKS && old == unlocked)
-                misuse();
-        }
-        annotate::post_unlock(this);
-    }
-
-private:
-    friend struct detail::lock_probe;
-    using annotate = detail::tsan_lock_annotations;
-
-    static constexpr std::uint32_t unlocked = 0;
-    static constexpr std::uint32_t locked = 1;
-    static constexpr std::uint32_t locked_sleepers = 2;  // park variant only
-
-    // (word): 0 -> 1. acquire pairs with unlock's release. A CAS, not a
-    // swap: a swap would turn a park variant's 2 into a 1, and the holder's
-    // unlock would not wake the sleepers.
-    bool take() noexcept {
-        std::uint32_t expected = unlocked;
-        return word_.compare_exchange_strong(expected, locked, std::memory_order_acquire,
-                                             std::memory_order_relaxed);
-    }
-
-    SPINDLE_COLD void lock_slow() noexcept {
-        unsigned delay = backoff_min;
-        unsigned spent = 0;  // cpu_relax steps so far
-        for (;;) {
-            // Test: read-only while held. relaxed: take() is the acquire.
-            while (word_.load(std::memory_order_relaxed) != unlocked) {
-                if constexpr (Wait::parks) {
-                    arch::cpu_relax();
-                    if (++spent >= Wait::spin_steps) return sleep();
-                } else {
-                    detail::spin_step<Wait>(spent);
-                }
-            }
-            if (take()) return;
-            // Lost the race for this unlock: back off before reading again.
-            for (unsigned i = 0; i < delay; ++i) arch::cpu_relax();
-            if constexpr (Wait::parks) {
-                spent += delay;
-                if (spent >= Wait::spin_steps) return sleep();
-            }
-            delay = delay < backoff_max / 2 ? delay * 2 : backoff_max;
-        }
-    }
-
-    // Park variant: (word): x -> 2, ours if x was 0 (marked 2: our unlock
-    // may wake nobody -- one spare syscall). acquire pairs with unlock's
-    // release exchange. The futex returns at once if the word is no longer
-    // 2 (an unlock came in between): no lost wake-up.
-    void sleep() noexcept {
-        while (word_.exchange(locked_sleepers, std::memory_order_acquire) != unlocked)
-            detail::futex_wait(&word_, locked_sleepers);
-    }
-
-    [[noreturn]] SPINDLE_COLD void misuse() const noexcept {
-        detail::lock_misuse(name, this, "unlock() of a lock that is not locked");
-    }
-
-    std::atomic<std::uint32_t> word_{unlocked};
 };
+
+}  // namespace detail
+
+template <class Wait>
+using basic_ttas_lock = detail::test_and_set_lock<Wait, detail::ttas_policy>;
 
 using ttas_lock = basic_ttas_lock<spin_wait>;
 using ttas_park_lock = basic_ttas_lock<park_wait>;
