@@ -13,20 +13,14 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/mutex.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::handoff;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
+using namespace spindle::test;
 
 class Pinning : public ::testing::TestWithParam<handoff> {};
 

@@ -11,18 +11,13 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/barrier.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
+using namespace spindle::test;
 
 #if SPINDLE_TSAN || SPINDLE_ASAN
 constexpr int kFiberParties = 60;
@@ -32,8 +27,6 @@ constexpr int kFiberParties = 200;
 constexpr int kPhases = 100;
 #endif
 
-using spindle::test::workers_name;
-
 class BarrierStress : public ::testing::TestWithParam<unsigned> {};
 
 // Each party writes its slot for the phase (plain ints), arrives, and after
@@ -42,7 +35,7 @@ class BarrierStress : public ::testing::TestWithParam<unsigned> {};
 // count (plain int: it runs alone).
 TEST_P(BarrierStress, PhasesAndCompletionFunction) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     constexpr int kThreadParties = 2;
     constexpr int kParties = kFiberParties + kThreadParties;
     std::vector<int> slots(kParties, -1);
@@ -69,12 +62,7 @@ TEST_P(BarrierStress, PhasesAndCompletionFunction) {
             if ((i * 7 + p) % 11 == 0) this_fiber::yield();
         }
     };
-    std::vector<fiber> fs;
-    for (int i = 0; i < kFiberParties; ++i) fs.push_back(sched.spawn([&party, i] { party(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < kThreadParties; ++t) ts.emplace_back([&party, t] { party(kFiberParties + t); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = kFiberParties, .threads = kThreadParties, .first_thread = kFiberParties}, party);
     EXPECT_EQ(bad.load(), 0);
     EXPECT_EQ(bad_completions, 0);
     EXPECT_EQ(completions, kPhases);
@@ -84,7 +72,7 @@ TEST_P(BarrierStress, PhasesAndCompletionFunction) {
 // fewer parties per phase.
 TEST_P(BarrierStress, PartiesDropOut) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     constexpr int kParties = 16;
     std::atomic<int> completions{0};
     spindle::barrier sync(kParties, [&]() noexcept { completions.fetch_add(1, std::memory_order_relaxed); });
@@ -189,12 +177,8 @@ TEST(BarrierDeathTest, ArrivingPastTheExpectedCountAborts) {
 TEST(BarrierDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(
-        {
-            auto* b = new spindle::barrier<>(2);
-            std::thread([b] { b->arrive_and_wait(); }).detach();
-            std::this_thread::sleep_for(20ms);
-            delete b;
-        },
+        destroy_while_waited_on(
+            new spindle::barrier<>(2), [](auto& b) { b.arrive_and_wait(); }, 20ms),
         "spindle::barrier 0x[0-9a-f]+ destroyed with 1 waiters");
 }
 #endif

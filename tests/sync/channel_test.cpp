@@ -21,26 +21,19 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/channel.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
+using namespace spindle::test;
 using spindle::channel;
 using spindle::channel_status;
-using spindle::fiber;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
 
 #if SPINDLE_TSAN || SPINDLE_ASAN
-constexpr int kStormFibers = 300;  // sanitizers: every fiber costs much more
 constexpr int kPerProducer = 200;
 #else
-constexpr int kStormFibers = 2000;
 constexpr int kPerProducer = 800;
 #endif
 
@@ -484,7 +477,7 @@ spindle::handoff policy_for(unsigned workers, std::size_t capacity) {
 // varies with the parameters (policy_for).
 TEST_P(ChannelStress, ProducersAndConsumersLoseNothingAndKeepOrder) {
     const auto [workers, capacity] = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     channel<std::uint64_t> ch(capacity, policy_for(workers, capacity));
     constexpr int kFiberProducers = 6, kThreadProducers = 2, kProducers = kFiberProducers + kThreadProducers;
     constexpr int kFiberConsumers = 5, kThreadConsumers = 2;
@@ -568,12 +561,12 @@ TEST_P(ChannelStress, ProducersAndConsumersLoseNothingAndKeepOrder) {
 // received exactly once, every other one stayed with its sender; with no
 // close, the permit count is exact and a fresh pair still meets.
 void cancellation_storm(unsigned workers, std::size_t capacity, bool close_midway) {
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     const spindle::handoff policy = policy_for(workers, capacity);
     channel<std::uint64_t> ch(capacity, policy);
     constexpr int kIters = 8;
     constexpr int kThreads = 2;  // senders and as many receivers
-    const int kSlots = kStormFibers + 2 * kThreads;
+    const int kSlots = stress_fibers + 2 * kThreads;
     std::vector<std::atomic<std::uint8_t>> sent(static_cast<std::size_t>(kSlots) * kIters);
     std::vector<std::atomic<std::uint8_t>> got(static_cast<std::size_t>(kSlots) * kIters);  // (sends use n < kIters)
     std::atomic<long long> ok_sends{0}, kept{0}, oks{0}, cancels{0}, closeds{0}, lost{0}, failed_receives{0};
@@ -640,11 +633,11 @@ void cancellation_storm(unsigned workers, std::size_t capacity, bool close_midwa
         }
     };
     std::vector<fiber> fs;
-    for (int i = 0; i < kStormFibers; ++i) fs.push_back(sched.spawn([&, i] { body(i, this_fiber::get_stop_token()); }));
+    for (int i = 0; i < stress_fibers; ++i) fs.push_back(sched.spawn([&, i] { body(i, this_fiber::get_stop_token()); }));
     std::vector<std::stop_source> thread_stops(2 * kThreads);
     std::vector<std::thread> ts;
     for (int t = 0; t < 2 * kThreads; ++t)
-        ts.emplace_back([&, t] { body(kStormFibers + t, thread_stops[static_cast<std::size_t>(t)].get_token()); });
+        ts.emplace_back([&, t] { body(stress_fibers + t, thread_stops[static_cast<std::size_t>(t)].get_token()); });
 
     std::vector<std::size_t> order(fs.size());
     std::iota(order.begin(), order.end(), std::size_t{0});
@@ -828,25 +821,17 @@ TEST(Channel, DestroyedRightAfterItsLastReceiveReturned) {
 #if SPINDLE_DEBUG_CHECKS
 TEST(ChannelDeathTest, DestroyingWithAWaitingReceiverAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            auto* ch = new channel<int>(1);
-            std::thread([ch] { (void)ch->receive(); }).detach();
-            while (ch->debug_permits() != -1) std::this_thread::yield();
-            delete ch;
-        },
+    EXPECT_DEATH(destroy_while_waited_on(
+                     new channel<int>(1), [](auto& ch) { (void)ch.receive(); },
+                     [](auto& ch) { return ch.debug_permits() == -1; }),
         "spindle::channel 0x[0-9a-f]+ destroyed with 1 waiters");
 }
 
 TEST(ChannelDeathTest, DestroyingWithAWaitingSenderAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            auto* ch = new channel<int>(0);
-            std::thread([ch] { (void)ch->send(1); }).detach();
-            while (ch->debug_permits() != 1) std::this_thread::yield();
-            delete ch;
-        },
+    EXPECT_DEATH(destroy_while_waited_on(
+                     new channel<int>(0), [](auto& ch) { (void)ch.send(1); },
+                     [](auto& ch) { return ch.debug_permits() == 1; }),
         "spindle::channel 0x[0-9a-f]+ destroyed with 1 waiters");
 }
 

@@ -19,21 +19,15 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/mutex.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
+using namespace spindle::test;
 using spindle::condition_variable;
-using spindle::fiber;
-using spindle::handoff;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
 
 #if SPINDLE_TSAN || SPINDLE_ASAN
 constexpr int kItemsPerProducer = 300;
@@ -50,7 +44,7 @@ class CondVarStress : public ::testing::TestWithParam<StressParam> {};
 // it (the mutex may be free: the waiter gets it at once).
 TEST_P(CondVarStress, BoundedQueueLosesNothing) {
     const auto [workers, policy] = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     spindle::mutex m(policy);
     condition_variable not_full, not_empty;
     std::deque<long long> q;  // guarded by m

@@ -18,28 +18,19 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/detail/cqs.hpp>
+
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::scheduler;
+using namespace spindle::test;
 using spindle::detail::cqs;
 using spindle::detail::cqs_cancellation;
 using spindle::detail::cqs_hooks;
 using spindle::detail::cqs_resumption;
 using spindle::detail::cqs_status;
 using spindle::detail::no_deadline;
-namespace this_fiber = spindle::this_fiber;
-
-#if SPINDLE_TSAN || SPINDLE_ASAN
-constexpr int kStressFibers = 300;
-#else
-constexpr int kStressFibers = 2000;
-#endif
 
 struct unit {};
 
@@ -133,7 +124,7 @@ class CqsMutex : public ::testing::TestWithParam<Param> {};
 
 TEST_P(CqsMutex, MutualExclusionWithFibersAndThreads) {
     const auto [workers, k, policy] = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     cqs_mutex m(k, policy);
     long long counter = 0;  // guarded by m; non-atomic on purpose
     int inside = 0;
@@ -151,14 +142,9 @@ TEST_P(CqsMutex, MutualExclusionWithFibersAndThreads) {
             if ((i + n) % 3 == 0) this_fiber::yield();
         }
     };
-    std::vector<fiber> fs;
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = stress_fibers, .threads = 2}, body);
     EXPECT_EQ(violations.load(), 0);
-    EXPECT_EQ(counter, static_cast<long long>(kStressFibers + 2) * kIters);
+    EXPECT_EQ(counter, static_cast<long long>(stress_fibers + 2) * kIters);
     EXPECT_EQ(m.state_.load(), 1);
     EXPECT_TRUE(m.try_lock());
     m.unlock();
@@ -171,7 +157,7 @@ TEST_P(CqsMutex, MutualExclusionWithFibersAndThreads) {
 // section, and at the end the mutex is free with nobody queued.
 TEST_P(CqsMutex, CancellationStorm) {
     const auto [workers, k, policy] = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     cqs_mutex m(k, policy);
     long long counter = 0;  // guarded by m
     int inside = 0;
@@ -236,13 +222,8 @@ TEST_P(CqsMutex, CancellationStorm) {
             std::this_thread::sleep_for(100us);
         }
     });
-    std::vector<fiber> fs;
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
     // Threads wait with deadlines too (the futex timed path).
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t + 2); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = stress_fibers, .threads = 3, .first_thread = 2}, body);
     hog_done.store(true);
     hog.join();
     stopper_done.store(true);
@@ -250,7 +231,7 @@ TEST_P(CqsMutex, CancellationStorm) {
     EXPECT_EQ(violations.load(), 0);
     EXPECT_GT(failures.load(), 0);  // the storm did cancel
     EXPECT_EQ(counter, successes.load());
-    const long long hog_rounds = counter - (static_cast<long long>(kStressFibers + 3) * kIters - failures.load());
+    const long long hog_rounds = counter - (static_cast<long long>(stress_fibers + 3) * kIters - failures.load());
     EXPECT_GE(hog_rounds, 1);
     EXPECT_LE(hog_rounds, 40);
     std::printf("    [%s, %u workers: %lld acquired, %lld cancelled]\n", to_string(k), workers, successes.load(),
@@ -300,7 +281,6 @@ TEST(Cqs, FifoOrder) {
         EXPECT_EQ(acquired, arrived) << to_string(k);
     }
 }
-
 
 // Waiters that time out in the middle of the queue are skipped; FIFO among
 // the others holds.
@@ -509,7 +489,7 @@ TEST(Cqs, FullyCancelledSegmentsAreRemoved) {
 // but the heads' and the tail goes away.
 TEST(Cqs, ParkedThenCancelledSegmentsAreFreed) {
     for (unsigned workers : {1u, 2u, 4u}) {
-        scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+        scheduler sched(stress_options(workers));
         cqs<unit> q;
         constexpr int kWaiters = 800;
         std::vector<std::stop_source> src(kWaiters);

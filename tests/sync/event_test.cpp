@@ -17,56 +17,15 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/event.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
+using namespace spindle::test;
 using spindle::event;
 using spindle::event_reset;
-using spindle::fiber;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
-
-#if SPINDLE_TSAN || SPINDLE_ASAN
-constexpr int kStressFibers = 300;  // sanitizers: every fiber costs much more
-#else
-constexpr int kStressFibers = 2000;
-#endif
-
-using spindle::test::workers_name;
-
-// Stop sources for a storm: a wait borrows the token of one slot; the
-// stopper stops each slot in turn and puts a fresh source in its place (a
-// stop_source cannot be un-stopped), so waits that come later can wait
-// again until the stopper comes round.
-class stop_slots {
-public:
-    static constexpr std::size_t size = 64;
-    std::stop_token token(std::size_t i) {
-        std::lock_guard<std::mutex> g(m_[i % size]);
-        return src_[i % size].get_token();
-    }
-    void stop_one_round(std::chrono::microseconds gap) {
-        for (std::size_t i = 0; i < size; ++i) {
-            std::this_thread::sleep_for(gap);
-            std::stop_source old;
-            {
-                std::lock_guard<std::mutex> g(m_[i]);
-                std::swap(old, src_[i]);
-            }
-            old.request_stop();  // outside the lock: it runs the waiters' callbacks
-        }
-    }
-
-private:
-    std::mutex m_[size];
-    std::stop_source src_[size];
-};
 
 // Parks 100 fibers and 2 threads in wait(stop_token) on an event that is
 // not set, stops them all with one request: each returns false, and
@@ -100,10 +59,10 @@ class EventStress : public ::testing::TestWithParam<unsigned> {};
 // what the setter wrote before set(); reset() closes it for the next round.
 TEST_P(EventStress, ManualSetReleasesEveryWaiter) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     event ev(event_reset::manual);
     constexpr int kRounds = 4;
-    const int waiters = kStressFibers / 4;
+    const int waiters = stress_fibers / 4;
     int payload = 0;  // plain: ordered by set() -> wait()
     for (int round = 0; round < kRounds; ++round) {
         std::atomic<int> bad{0}, returned{0};
@@ -150,7 +109,7 @@ TEST_P(EventStress, ManualSetReleasesEveryWaiter) {
 // every waiter has finished, so the test hangs.
 TEST_P(EventStress, ManualPulsesLoseNoWakeUp) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     event ev(event_reset::manual);
     constexpr int kWaits = 12;
     std::atomic<int> finished{0};
@@ -168,11 +127,8 @@ TEST_P(EventStress, ManualPulsesLoseNoWakeUp) {
         }
         finished.fetch_add(1);
     };
-    const int n = kStressFibers / 4;
-    std::vector<fiber> fs;
-    for (int i = 0; i < n; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t); });
+    const int n = stress_fibers / 4;
+    auto everyone = start_crowd(sched, {.fibers = n, .threads = 3}, body);
     while (finished.load() < n + 3) {
         // Let about half of those still running register (or 200us pass).
         const auto until = std::chrono::steady_clock::now() + 200us;
@@ -183,8 +139,7 @@ TEST_P(EventStress, ManualPulsesLoseNoWakeUp) {
         ev.reset();
         pulses.fetch_add(1);
     }
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    everyone.join();
     std::printf("    [%u workers: %lld pulses]\n", workers, pulses.load());
     EXPECT_EQ(ev.debug_waiters(), 0);
     EXPECT_LE(ev.debug_queue_segments(), 3u);
@@ -203,7 +158,7 @@ TEST_P(EventStress, ManualPulsesLoseNoWakeUp) {
 // absorbed).
 TEST_P(EventStress, ManualCancellationStormLosesNoWakeUp) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     event ev(event_reset::manual);
     stop_slots sources;
     constexpr int kWaits = 10;
@@ -233,11 +188,8 @@ TEST_P(EventStress, ManualCancellationStormLosesNoWakeUp) {
     std::thread stopper([&] {
         while (!stopping.load()) sources.stop_one_round(10us);
     });
-    const int n = kStressFibers / 2;
-    std::vector<fiber> fs;
-    for (int i = 0; i < n; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t); });
+    const int n = stress_fibers / 2;
+    auto everyone = start_crowd(sched, {.fibers = n, .threads = 3}, body);
     while (finished.load() < n + 3) {
         std::this_thread::sleep_for(300us);
         ev.set();
@@ -245,8 +197,7 @@ TEST_P(EventStress, ManualCancellationStormLosesNoWakeUp) {
         ev.reset();
         pulses.fetch_add(1);
     }
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    everyone.join();
     stopping.store(true);
     stopper.join();
     std::printf("    [%u workers: %lld released, %lld cancelled, %lld pulses]\n", workers, released.load(),
@@ -277,7 +228,7 @@ TEST_P(EventStress, ManualCancellationStormLosesNoWakeUp) {
 // leave. A non-atomic counter comes out exact; one signal is left at the end.
 TEST_P(EventStress, AutomaticEventPassesOneSignalAtATime) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     event ev(event_reset::automatic, true);
     long long counter = 0;  // plain: guarded by the signal
     std::atomic<int> inside{0}, violations{0};
@@ -286,16 +237,7 @@ TEST_P(EventStress, AutomaticEventPassesOneSignalAtATime) {
         for (int n = 0; n < kIters; ++n) {
             switch ((i + n) % 3) {
             case 0: ev.wait(); break;
-            case 1:
-                for (int k = 0;; ++k) {
-                    if (ev.try_wait()) break;
-                    if (k == 8) {
-                        ev.wait();
-                        break;
-                    }
-                    this_fiber::yield();
-                }
-                break;
+            case 1: try_then_block([&] { return ev.try_wait(); }, [&] { ev.wait(); }); break;
             default: EXPECT_TRUE(ev.wait(std::stop_token{})); break;
             }
             if (inside.fetch_add(1) != 0) violations.fetch_add(1);
@@ -305,14 +247,9 @@ TEST_P(EventStress, AutomaticEventPassesOneSignalAtATime) {
             ev.set();
         }
     };
-    std::vector<fiber> fs;
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = stress_fibers, .threads = 2}, body);
     EXPECT_EQ(violations.load(), 0);
-    EXPECT_EQ(counter, static_cast<long long>(kStressFibers + 2) * kIters);
+    EXPECT_EQ(counter, static_cast<long long>(stress_fibers + 2) * kIters);
     EXPECT_TRUE(ev.is_set());
     EXPECT_TRUE(ev.try_wait());
     EXPECT_FALSE(ev.try_wait());
@@ -326,7 +263,7 @@ TEST_P(EventStress, AutomaticEventPassesOneSignalAtATime) {
 // fresh waiters are woken by fresh set() calls.
 TEST_P(EventStress, AutomaticCancellationStormLosesNoSignal) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     event ev(event_reset::automatic, true);
     stop_slots sources;
     std::atomic<int> inside{0}, violations{0};
@@ -363,12 +300,7 @@ TEST_P(EventStress, AutomaticCancellationStormLosesNoSignal) {
     std::thread stopper([&] {
         while (!finished.load()) sources.stop_one_round(10us);
     });
-    std::vector<fiber> fs;
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t + 2); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = stress_fibers, .threads = 3, .first_thread = 2}, body);
     finished.store(true);
     stopper.join();
     std::printf("    [%u workers: %lld entered, %lld cancelled]\n", workers, entered.load(), cancelled.load());
@@ -665,14 +597,7 @@ TEST(Event, EdgeCases) {
 
     // Threads time out on the futex path and leave the word as it was.
     for (event* e : {&m, &a}) {
-        std::vector<std::thread> ts;
-        std::atomic<int> timed_out{0};
-        for (int i = 0; i < 4; ++i)
-            ts.emplace_back([&] {
-                if (!e->wait_for(2ms)) timed_out.fetch_add(1);
-            });
-        for (auto& th : ts) th.join();
-        EXPECT_EQ(timed_out.load(), 4);
+        EXPECT_EQ(count_on_threads(4, [&] { return !e->wait_for(2ms); }), 4);
         EXPECT_EQ(e->debug_waiters(), 0);
         EXPECT_FALSE(e->is_set());
     }
@@ -683,13 +608,9 @@ TEST(Event, EdgeCases) {
 #if SPINDLE_DEBUG_CHECKS
 TEST(EventDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            auto* e = new event(event_reset::manual);
-            std::thread([e] { e->wait(); }).detach();
-            while (e->debug_waiters() != 1) std::this_thread::yield();
-            delete e;
-        },
+    EXPECT_DEATH(destroy_while_waited_on(
+                     new event(event_reset::manual), [](auto& e) { e.wait(); },
+                     [](auto& e) { return e.debug_waiters() == 1; }),
         "spindle::event 0x[0-9a-f]+ \\(manual\\) destroyed with 1 waiters");
     EXPECT_DEATH(
         {

@@ -14,26 +14,13 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/latch.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
-
-#if SPINDLE_TSAN || SPINDLE_ASAN
-constexpr int kStressFibers = 300;
-#else
-constexpr int kStressFibers = 2000;
-#endif
-
-using spindle::test::workers_name;
+using namespace spindle::test;
 
 class LatchStress : public ::testing::TestWithParam<unsigned> {};
 
@@ -42,11 +29,11 @@ class LatchStress : public ::testing::TestWithParam<unsigned> {};
 // happens-before edge).
 TEST_P(LatchStress, WaitersSeeEveryCountDown) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     constexpr int kRounds = 4;
     constexpr int kCounterFibers = 64, kCounterThreads = 2, kArrivers = 8;
     constexpr int kSlots = kCounterFibers + kCounterThreads + kArrivers;
-    const int waiters = kStressFibers / 4;
+    const int waiters = stress_fibers / 4;
     for (int round = 0; round < kRounds; ++round) {
         spindle::latch l(kSlots);
         std::vector<int> slots(kSlots, 0);
@@ -105,7 +92,7 @@ TEST_P(LatchStress, WaitersSeeEveryCountDown) {
 // return, so no wake-up was lost; waits that come afterwards pass at once.
 TEST_P(LatchStress, CancellationStormLosesNoWakeUp) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     for (auto open_after : {500us, 3000us}) {
         spindle::latch l(2);
         std::atomic<long long> opened_seen{0}, cancelled{0}, bad{0};
@@ -144,20 +131,16 @@ TEST_P(LatchStress, CancellationStormLosesNoWakeUp) {
                     s.request_stop();
                 }
         });
-        std::vector<fiber> fs;
-        for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t + 1); });
+        auto everyone = start_crowd(sched, {.fibers = stress_fibers, .threads = 3, .first_thread = 1}, body);
         l.count_down();
         std::this_thread::sleep_for(open_after);
         is_open.store(true);  // before the count reaches zero: waits that return true come later
         l.count_down();
-        for (auto& f : fs) f.join();
-        for (auto& t : ts) t.join();
+        everyone.join();
         finished.store(true);
         stopper.join();
         EXPECT_EQ(bad.load(), 0);
-        EXPECT_EQ(opened_seen.load() + cancelled.load(), static_cast<long long>(kStressFibers + 3) * 3);
+        EXPECT_EQ(opened_seen.load() + cancelled.load(), static_cast<long long>(stress_fibers + 3) * 3);
         EXPECT_GT(opened_seen.load(), 0);
         std::printf("    [%u workers, open after %lld us: %lld saw it open, %lld cancelled]\n", workers,
                     static_cast<long long>(open_after.count()), opened_seen.load(), cancelled.load());
@@ -249,14 +232,7 @@ TEST(Latch, EdgeCases) {
 
     // Threads time out on the futex path; the latch still opens for others.
     spindle::latch gate(1);
-    std::atomic<int> timed_out{0};
-    std::vector<std::thread> sleepers;
-    for (int i = 0; i < 4; ++i)
-        sleepers.emplace_back([&] {
-            if (!gate.wait_for(2ms)) timed_out.fetch_add(1);
-        });
-    for (auto& th : sleepers) th.join();
-    EXPECT_EQ(timed_out.load(), 4);
+    EXPECT_EQ(count_on_threads(4, [&] { return !gate.wait_for(2ms); }), 4);
     std::thread w([&] { gate.wait(); });
     std::this_thread::sleep_for(1ms);
     gate.count_down();
@@ -276,13 +252,7 @@ TEST(LatchDeathTest, CountDownPastZeroAborts) {
 
 TEST(LatchDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            auto* l = new spindle::latch(1);
-            std::thread([l] { l->wait(); }).detach();
-            std::this_thread::sleep_for(20ms);
-            delete l;
-        },
+    EXPECT_DEATH(destroy_while_waited_on(new spindle::latch(1), [](auto& l) { l.wait(); }, 20ms),
         "spindle::latch 0x[0-9a-f]+ destroyed with 1 waiters");
 }
 #endif

@@ -22,28 +22,20 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/mutex.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::handoff;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
+using namespace spindle::test;
 
 #if SPINDLE_TSAN || SPINDLE_ASAN
 constexpr int kStressFibers = 1000;  // sanitizers: every fiber costs much more
 #else
 constexpr int kStressFibers = 5000;
 #endif
-
-using spindle::test::all_policies;
 
 // Both mutexes behind the one interface run the same tests: the CES
 // paper's (a spinlock-guarded FIFO) and the CQS one (sync/cqs_mutex.hpp).
@@ -93,7 +85,7 @@ class MutexStress : public ::testing::TestWithParam<stress_param> {};
 TEST_P(MutexStress, MutualExclusionWithFibersAndThreads) {
     const auto [kind, workers, policy] = GetParam();
     with_mutex(kind, [&]<class M>() {
-        scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+        scheduler sched(stress_options(workers));
         M m(policy);
         long long counter = 0;      // guarded by m; non-atomic on purpose
         int inside = 0;             // guarded by m: must never exceed 1
@@ -111,14 +103,8 @@ TEST_P(MutexStress, MutualExclusionWithFibersAndThreads) {
                 if ((i + k) % 3 == 0) this_fiber::yield();
             }
         };
-        std::vector<fiber> fs;
-        fs.reserve(kStressFibers);
-        for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
         // Two plain threads compete as well: they park on the futex.
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
-        for (auto& f : fs) f.join();
-        for (auto& t : ts) t.join();
+        run_crowd(sched, {.fibers = kStressFibers, .threads = 2}, body);
         EXPECT_EQ(violations.load(), 0);
         EXPECT_EQ(counter, static_cast<long long>(kStressFibers + 2) * kIters);
         EXPECT_TRUE(m.try_lock());  // nobody left holding or queued
@@ -219,7 +205,7 @@ TEST_P(MutexPolicy, TimeoutRacesWithHandoffLoseNothing) {
     with_mutex(kind, [&]<class M>() {
         // Waiters with tiny timeouts race unlocks: each either gets the lock
         // (and must then really own it) or times out; nobody hangs, nothing leaks.
-        scheduler sched({.workers = 2, .stack_size = 32 * 1024});
+        scheduler sched(stress_options(2));
         M m(policy);
         long long counter = 0;
         std::atomic<long long> acquired{0};
@@ -337,7 +323,7 @@ struct locality {
 
 locality measure_locality(handoff policy, unsigned workers) {
     constexpr int kTasks = 1000, kResources = 4, kIters = 30;
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     struct resource {
         spindle::mutex m;
         int last_worker = -1;          // guarded by m

@@ -20,24 +20,13 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/pool.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
-
-#if SPINDLE_TSAN || SPINDLE_ASAN
-constexpr int kStressFibers = 300;  // sanitizers: every fiber costs much more
-#else
-constexpr int kStressFibers = 2000;
-#endif
+using namespace spindle::test;
 
 // Drains `p` with try_take and checks it held exactly the elements 0..n-1,
 // each once.
@@ -55,34 +44,6 @@ void expect_holds_each_once(Pool& p, std::uint32_t n) {
     EXPECT_EQ(p.debug_count(), 0);
     for (std::uint32_t i = 0; i < n; ++i) p.put(i);  // back as they were
 }
-
-// Stop sources for a storm: a take borrows the token of one slot; the
-// stopper stops each slot in turn and puts a fresh source in its place (a
-// stop_source cannot be un-stopped), so takes that come later can wait
-// again until the stopper comes round.
-class stop_slots {
-public:
-    static constexpr std::size_t size = 64;
-    std::stop_token token(std::size_t i) {
-        std::lock_guard<std::mutex> g(m_[i % size]);
-        return src_[i % size].get_token();
-    }
-    void stop_one_round(std::chrono::microseconds gap) {
-        for (std::size_t i = 0; i < size; ++i) {
-            std::this_thread::sleep_for(gap);
-            std::stop_source old;
-            {
-                std::lock_guard<std::mutex> g(m_[i]);
-                std::swap(old, src_[i]);
-            }
-            old.request_stop();  // outside the lock: it runs the waiters' callbacks
-        }
-    }
-
-private:
-    std::mutex m_[size];
-    std::stop_source src_[size];
-};
 
 // Parks 100 fibers and 2 threads in take(stop_token) on an empty pool,
 // stops them all with one request: each returns nullopt, and the pool's word
@@ -255,14 +216,7 @@ TYPED_TEST(PoolTyped, EdgeCases) {
     (void)p.take();
 
     // Threads time out on the futex path and leave the word as it was.
-    std::vector<std::thread> ts;
-    std::atomic<int> timed_out{0};
-    for (int i = 0; i < 4; ++i)
-        ts.emplace_back([&] {
-            if (!p.try_take_for(2ms)) timed_out.fetch_add(1);
-        });
-    for (auto& th : ts) th.join();
-    EXPECT_EQ(timed_out.load(), 4);
+    EXPECT_EQ(count_on_threads(4, [&] { return !p.try_take_for(2ms); }), 4);
     EXPECT_EQ(p.debug_count(), 0);
     p.put(3);
     EXPECT_EQ(*p.try_take(), 3u);
@@ -387,7 +341,7 @@ protected:
 // holds each element exactly once.
 TEST_P(PoolStress, ElementsAreHeldByOneUserAtATime) {
     const unsigned workers = GetParam().workers;
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     constexpr std::uint32_t kElements = 3;
     with_pool(kElements, [&](auto& p) {
         for (std::uint32_t i = 0; i < kElements; ++i) p.put(i);
@@ -409,31 +363,22 @@ TEST_P(PoolStress, ElementsAreHeldByOneUserAtATime) {
                 case 0: e = p.take(); break;
                 case 1:
                     // A few tries, then queue.
-                    for (int k = 0;; ++k) {
-                        if (auto got = p.try_take()) {
-                            e = *got;
-                            break;
-                        }
-                        if (k == 8) {
-                            e = p.take();
-                            break;
-                        }
-                        this_fiber::yield();
-                    }
+                    try_then_block(
+                        [&] {
+                            auto got = p.try_take();
+                            if (got) e = *got;
+                            return got.has_value();
+                        },
+                        [&] { e = p.take(); });
                     break;
                 default: e = *p.take(std::stop_token{}); break;
                 }
                 use(e, i, n);
             }
         };
-        std::vector<fiber> fs;
-        for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
-        for (auto& f : fs) f.join();
-        for (auto& t : ts) t.join();
+        run_crowd(sched, {.fibers = stress_fibers, .threads = 2}, body);
         EXPECT_EQ(violations.load(), 0);
-        EXPECT_EQ(done.load(), static_cast<long long>(kStressFibers + 2) * kIters);
+        EXPECT_EQ(done.load(), static_cast<long long>(stress_fibers + 2) * kIters);
         EXPECT_EQ(p.debug_count(), static_cast<std::int64_t>(kElements));
         expect_holds_each_once(p, kElements);
         EXPECT_LE(p.debug_queue_segments(), 3u);
@@ -488,7 +433,7 @@ TEST_P(PoolStress, StorageRacesLoseNothing) {
 // the next put.
 TEST_P(PoolStress, CancellationStormLosesNoElementAndNoWakeUp) {
     const unsigned workers = GetParam().workers;
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     constexpr std::uint32_t kElements = 2;
     with_pool(kElements, [&](auto& p) {
         for (std::uint32_t i = 0; i < kElements; ++i) p.put(i);
@@ -540,12 +485,7 @@ TEST_P(PoolStress, CancellationStormLosesNoElementAndNoWakeUp) {
                 std::this_thread::sleep_for(100us);
             }
         });
-        std::vector<fiber> fs;
-        for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-        std::vector<std::thread> ts;
-        for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t + 2); });
-        for (auto& f : fs) f.join();
-        for (auto& t : ts) t.join();
+        run_crowd(sched, {.fibers = stress_fibers, .threads = 3, .first_thread = 2}, body);
         finished.store(true);
         hog.join();
         stopper.join();
@@ -628,7 +568,7 @@ TYPED_TEST(PoolTyped, StoppedTakersRaceWithPuts) {
 #else
     constexpr int kTakers = 4000;
 #endif
-    scheduler sched({.workers = 2, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(2));
     TypeParam p(kTakers);
     std::vector<std::stop_source> src(kTakers);
     std::atomic<int> took{0}, stopped{0};
@@ -697,13 +637,9 @@ TEST(PoolDeathTest, ZeroCapacityAborts) {
 
 TEST(PoolDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            auto* p = new spindle::queue_pool<int>(4);
-            std::thread([p] { (void)p->take(); }).detach();
-            while (p->debug_count() != -1) std::this_thread::yield();
-            delete p;
-        },
+    EXPECT_DEATH(destroy_while_waited_on(
+                     new spindle::queue_pool<int>(4), [](auto& p) { (void)p.take(); },
+                     [](auto& p) { return p.debug_count() == -1; }),
         "spindle::queue_pool 0x[0-9a-f]+ destroyed with 1 waiting takers");
 }
 #endif

@@ -13,32 +13,19 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/counting_semaphore.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::scheduler;
-namespace this_fiber = spindle::this_fiber;
-
-#if SPINDLE_TSAN || SPINDLE_ASAN
-constexpr int kStressFibers = 300;  // sanitizers: every fiber costs much more
-#else
-constexpr int kStressFibers = 2000;
-#endif
-
-using spindle::test::workers_name;
+using namespace spindle::test;
 
 class SemaphoreStress : public ::testing::TestWithParam<unsigned> {};
 
 TEST_P(SemaphoreStress, PermitsBoundConcurrencyWithFibersAndThreads) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     constexpr int kPermits = 3;
     spindle::counting_semaphore<kPermits> sem(kPermits);
     std::atomic<int> inside{0}, violations{0};
@@ -51,14 +38,7 @@ TEST_P(SemaphoreStress, PermitsBoundConcurrencyWithFibersAndThreads) {
             case 1:
                 // A few tries, then queue: under FIFO a spinner gets a
                 // permit only when nobody is queued.
-                for (int k = 0;; ++k) {
-                    if (sem.try_acquire()) break;
-                    if (k == 8) {
-                        sem.acquire();
-                        break;
-                    }
-                    this_fiber::yield();
-                }
+                try_then_block([&] { return sem.try_acquire(); }, [&] { sem.acquire(); });
                 break;
             default:
                 while (!sem.try_acquire_for(200us)) {
@@ -72,14 +52,9 @@ TEST_P(SemaphoreStress, PermitsBoundConcurrencyWithFibersAndThreads) {
             sem.release();
         }
     };
-    std::vector<fiber> fs;
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = stress_fibers, .threads = 2}, body);
     EXPECT_EQ(violations.load(), 0);
-    EXPECT_EQ(done.load(), static_cast<long long>(kStressFibers + 2) * kIters);
+    EXPECT_EQ(done.load(), static_cast<long long>(stress_fibers + 2) * kIters);
     EXPECT_EQ(sem.debug_count(), kPermits);
     for (int k = 0; k < kPermits; ++k) EXPECT_TRUE(sem.try_acquire());
     EXPECT_FALSE(sem.try_acquire());
@@ -92,7 +67,7 @@ TEST_P(SemaphoreStress, PermitsBoundConcurrencyWithFibersAndThreads) {
 // taken, and a fresh waiter is woken by a fresh release.
 TEST_P(SemaphoreStress, CancellationStormLosesNoPermitAndNoWakeUp) {
     const unsigned workers = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     constexpr int kPermits = 2;
     spindle::counting_semaphore<kPermits> sem(kPermits);
     std::atomic<int> inside{0}, violations{0};
@@ -149,12 +124,7 @@ TEST_P(SemaphoreStress, CancellationStormLosesNoPermitAndNoWakeUp) {
             std::this_thread::sleep_for(100us);
         }
     });
-    std::vector<fiber> fs;
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 3; ++t) ts.emplace_back([&body, t] { body(t + 2); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = stress_fibers, .threads = 3, .first_thread = 2}, body);
     finished.store(true);
     hog.join();
     stopper.join();
@@ -296,14 +266,7 @@ TEST(Semaphore, EdgeCases) {
 
     // Threads time out on the futex path and leave the word as it was.
     spindle::counting_semaphore<2> two(0);
-    std::vector<std::thread> ts;
-    std::atomic<int> timed_out{0};
-    for (int i = 0; i < 4; ++i)
-        ts.emplace_back([&] {
-            if (!two.try_acquire_for(2ms)) timed_out.fetch_add(1);
-        });
-    for (auto& th : ts) th.join();
-    EXPECT_EQ(timed_out.load(), 4);
+    EXPECT_EQ(count_on_threads(4, [&] { return !two.try_acquire_for(2ms); }), 4);
     EXPECT_EQ(two.debug_count(), 0);
     two.release(2);
     EXPECT_TRUE(two.try_acquire());
@@ -419,13 +382,9 @@ TEST(SemaphoreDeathTest, ReleaseBeyondMaxAborts) {
 
 TEST(SemaphoreDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            auto* s = new spindle::counting_semaphore<>(0);
-            std::thread([s] { s->acquire(); }).detach();
-            while (s->debug_count() != -1) std::this_thread::yield();
-            delete s;
-        },
+    EXPECT_DEATH(destroy_while_waited_on(
+                     new spindle::counting_semaphore<>(0), [](auto& s) { s.acquire(); },
+                     [](auto& s) { return s.debug_count() == -1; }),
         "spindle::counting_semaphore 0x[0-9a-f]+ destroyed with 1 waiters");
 }
 #endif

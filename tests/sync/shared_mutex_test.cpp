@@ -27,30 +27,21 @@
 #include <thread>
 #include <vector>
 
-#include <spindle/runtime/fiber.hpp>
-#include <spindle/runtime/scheduler.hpp>
 #include <spindle/sync/shared_mutex.hpp>
 
-#include "../support/params.hpp"
+#include "../support/fiber_fixtures.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using spindle::fiber;
-using spindle::handoff;
-using spindle::scheduler;
+using namespace spindle::test;
 using spindle::shared_mutex;
-namespace this_fiber = spindle::this_fiber;
 
 #if SPINDLE_TSAN || SPINDLE_ASAN
-constexpr int kStressFibers = 300;  // sanitizers: every fiber costs much more
 constexpr int kStormFibers = 100;
 #else
-constexpr int kStressFibers = 2000;
 constexpr int kStormFibers = 300;
 #endif
 
-using spindle::test::all_policies;
 using Param = spindle::test::workers_and_policy;
 
 std::vector<Param> params_1_2_4() {
@@ -116,7 +107,7 @@ class SharedMutexStress : public ::testing::TestWithParam<Param> {};
 
 TEST_P(SharedMutexStress, ReadersSeeNoWriterAndWritersAreExclusive) {
     const auto [workers, policy] = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     shared_mutex m(policy);
     occupancy occ;
     long long counter = 0;  // guarded by m; non-atomic on purpose
@@ -148,17 +139,11 @@ TEST_P(SharedMutexStress, ReadersSeeNoWriterAndWritersAreExclusive) {
             if ((i + k) % 3 == 0) this_fiber::yield();
         }
     };
-    std::vector<fiber> fs;
-    fs.reserve(kStressFibers);
-    for (int i = 0; i < kStressFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
     // Two plain threads compete as well: they park on the futex.
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(t + 1); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = stress_fibers, .threads = 2, .first_thread = 1}, body);
     EXPECT_EQ(occ.violations.load(), 0);
     EXPECT_EQ(counter, writes.load());
-    EXPECT_EQ(writes.load() + reads.load(), static_cast<long long>(kStressFibers + 2) * kIters);
+    EXPECT_EQ(writes.load() + reads.load(), static_cast<long long>(stress_fibers + 2) * kIters);
     expect_free(m);
 }
 
@@ -702,7 +687,7 @@ class SharedMutexStorm : public ::testing::TestWithParam<Param> {};
 
 TEST_P(SharedMutexStorm, CancellationStormLosesNoWakeUp) {
     const auto [workers, policy] = GetParam();
-    scheduler sched({.workers = workers, .stack_size = 32 * 1024});
+    scheduler sched(stress_options(workers));
     shared_mutex m(policy);
     occupancy occ;
     long long counter = 0;  // guarded by m
@@ -772,12 +757,7 @@ TEST_P(SharedMutexStorm, CancellationStormLosesNoWakeUp) {
             std::this_thread::sleep_for(10us);  // leave the cores to the lockers
         }
     });
-    std::vector<fiber> fs;
-    for (int i = 0; i < kStormFibers; ++i) fs.push_back(sched.spawn([&body, i] { body(i); }));
-    std::vector<std::thread> ts;
-    for (int t = 0; t < 2; ++t) ts.emplace_back([&body, t] { body(kStormFibers + t); });
-    for (auto& f : fs) f.join();
-    for (auto& t : ts) t.join();
+    run_crowd(sched, {.fibers = kStormFibers, .threads = 2, .first_thread = kStormFibers}, body);
     stop_chaos = true;
     chaos.join();
     EXPECT_EQ(occ.violations.load(), 0);
