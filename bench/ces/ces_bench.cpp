@@ -125,7 +125,9 @@
 #include <unistd.h>
 
 #include "../harness/harness.hpp"
+#include "../harness/options.hpp"
 #include "../harness/runners.hpp"
+#include "../harness/work.hpp"
 
 namespace bf = boost::fibers;
 using spindle::bench::boost_run;
@@ -136,6 +138,7 @@ using spindle::bench::in_child;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::params;
+using spindle::bench::parse_numbers;
 using spindle::bench::spindle_run;
 using spindle::bench::threads_run;
 using spindle::bench::variant;
@@ -159,18 +162,10 @@ void init_primes() {
         if (!composite[p]) g_primes.push_back(p);
 }
 
-// splitmix64: fast, good enough, identical on every platform.
-struct rng {
-    std::uint64_t s;
-    std::uint64_t next() {
-        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
+struct rng : spindle::bench::splitmix64 {
     unsigned prime() { return g_primes[next() % g_primes.size()]; }
 };
-inline rng task_rng(int task) { return rng{0x5EED0000ull + static_cast<std::uint64_t>(task) * 7919u}; }
+inline rng task_rng(int task) { return rng{{0x5EED0000ull + static_cast<std::uint64_t>(task) * 7919u}}; }
 
 // "factors(p)": sieve of Eratosthenes up to p, then factor p by trial
 // division with the primes found. The sieve is a fresh heap array, as in a
@@ -313,15 +308,11 @@ double std_loop(const loop_setup& c) {
 std::string g_factors_note;  // the measured cost of the parallel work
 
 // --variants LIST: run only the named variants (to chase one of them).
-std::vector<std::string> g_variant_filter;
+spindle::bench::variant_filter g_variants;
 std::vector<variant> selected(std::vector<variant> vs) {
-    if (g_variant_filter.empty()) return vs;
-    std::vector<variant> out;
-    for (auto& v : vs)
-        if (std::find(g_variant_filter.begin(), g_variant_filter.end(), v.name) != g_variant_filter.end())
-            out.push_back(std::move(v));
-    if (out.empty()) fail("--variants selects none of this workload's variants");
-    return out;
+    vs = g_variants.selected(std::move(vs));
+    if (vs.empty()) fail("--variants selects none of this workload's variants");
+    return vs;
 }
 
 std::vector<variant> loop_variants(const loop_setup& c) {
@@ -749,21 +740,15 @@ void calibrate_factors() {
     std::fprintf(stderr, "ces: %s\n", buf);
 }
 
+// "1,2,4": a trailing comma is allowed ("1,2,").
 std::vector<unsigned> parse_workers(const std::string& s) {
-    std::vector<unsigned> ws;
-    std::size_t i = 0;
-    while (i < s.size()) {
-        std::size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        std::string item = s.substr(i, j - i);
-        char* end = nullptr;
-        long v = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || v < 1 || v > 4096) fail("bad worker count '%s' in '%s'", item.c_str(), s.c_str());
-        ws.push_back(static_cast<unsigned>(v));
-        i = j + 1;
-    }
-    if (ws.empty()) fail("empty worker list");
-    return ws;
+    if (s.empty()) fail("empty worker list");
+    const std::string list = s.back() == ',' ? s.substr(0, s.size() - 1) : s;
+    // A bad item's message names the list as given, its trailing comma too.
+    auto bad = [&](const char* fmt, const char* what, const char* item, const char*) {
+        fail(fmt, what, item, s.c_str());
+    };
+    return parse_numbers(list, "worker count", 1, 4096, bad);
 }
 
 // Takes this program's own arguments (--workers LIST, --iterations N,
@@ -772,34 +757,20 @@ run_options take_own_args(int& argc, char** argv) {
     run_options o;
     if (const char* env = std::getenv("SPINDLE_BENCH_WORKERS"); env != nullptr && *env != '\0')
         o.workers = parse_workers(env);
-    int out = 1;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        if ((a == "--workers" || a == "--iterations" || a == "--variants") && i + 1 >= argc)
-            fail("missing value after %s", a.c_str());
-        if (a == "--variants") {
-            std::string list = argv[++i];
-            for (std::size_t b = 0; b <= list.size();) {
-                std::size_t e = list.find(',', b);
-                if (e == std::string::npos) e = list.size();
-                if (e > b) g_variant_filter.push_back(list.substr(b, e - b));
-                b = e + 1;
-            }
-        } else if (a == "--workers") {
-            o.workers = parse_workers(argv[++i]);
-        } else if (a == "--iterations") {
-            o.iterations = std::atoi(argv[++i]);
-            if (o.iterations < 1) fail("--iterations wants a positive number");
-        } else {
-            if (a == "--help" || a == "-h")
-                std::fprintf(stderr,
-                             "spindle_bench_ces also takes: [--workers 1,2,4,...] (or SPINDLE_BENCH_WORKERS) "
-                             "[--iterations N] [--variants spindle_ces,boost_fiber,...]\n");
-            argv[out++] = argv[i];
-        }
-    }
-    argc = out;
-    argv[argc] = nullptr;
+    spindle::bench::take_own_args(
+        argc, argv,
+        "spindle_bench_ces also takes: [--workers 1,2,4,...] (or SPINDLE_BENCH_WORKERS) "
+        "[--iterations N] [--variants spindle_ces,boost_fiber,...]",
+        fail,
+        {
+            {"--variants", [&](const std::string& v) { g_variants.set(v); }},
+            {"--workers", [&](const std::string& v) { o.workers = parse_workers(v); }},
+            {"--iterations",
+             [&](const std::string& v) {
+                 o.iterations = std::atoi(v.c_str());
+                 if (o.iterations < 1) fail("--iterations wants a positive number");
+             }},
+        });
     return o;
 }
 

@@ -223,7 +223,9 @@
 #include <unistd.h>
 
 #include "../harness/harness.hpp"
+#include "../harness/options.hpp"
 #include "../harness/runners.hpp"
+#include "../harness/work.hpp"
 
 namespace bf = boost::fibers;
 using spindle::bench::boost_run;
@@ -233,7 +235,9 @@ using spindle::bench::in_child;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::params;
+using spindle::bench::parse_numbers;
 using spindle::bench::rss_bytes;
+using spindle::bench::spin;
 using spindle::bench::spindle_run;
 using spindle::bench::threads_run;
 using spindle::bench::summary;
@@ -256,59 +260,22 @@ struct run_options {
     std::vector<unsigned> pool_sizes;  // empty: the mode's default
 };
 
-std::vector<std::string> g_variant_filter;  // --variants
+spindle::bench::variant_filter g_variants;  // --variants
 unsigned g_cpus = 1;
 double g_target_ns = 30e6;  // one measurement's length
 std::string g_abort_waiter = "both";  // --abort-waiter thread|fiber|both
 
-bool variant_wanted(const std::string& name) {
-    return g_variant_filter.empty() ||
-           std::find(g_variant_filter.begin(), g_variant_filter.end(), name) != g_variant_filter.end();
-}
+bool variant_wanted(const std::string& name) { return g_variants.wants(name); }
 
-std::vector<variant> selected(std::vector<variant> vs) {
-    std::vector<variant> out;
-    for (auto& v : vs)
-        if (variant_wanted(v.name)) out.push_back(std::move(v));
-    return out;
-}
+std::vector<variant> selected(std::vector<variant> vs) { return g_variants.selected(std::move(vs)); }
 
 // ---------------------------------------------------------------------------
-// Work between operations: an empty loop of a geometrically distributed
-// number of iterations.
-
-__attribute__((noinline)) void spin(std::uint32_t n) noexcept {
-    for (std::uint32_t i = 0; i < n; ++i) __asm__ volatile("");  // volatile: the loop must run n times
-}
+// Work between operations: an empty loop (spin) of a geometrically
+// distributed number of iterations.
 
 double g_spin_ns = 1.0;  // measured cost of one iteration
 
-void calibrate_spin() {
-    std::vector<double> per;
-    constexpr std::uint32_t n = 4'000'000;
-    for (int round = 0; round < 7; ++round) {
-        double t0 = now_ns();
-        spin(n);
-        per.push_back((now_ns() - t0) / n);
-    }
-    std::sort(per.begin(), per.end());
-    g_spin_ns = per.front();  // the fastest round: the others lost the CPU for a while
-    std::fprintf(stderr, "cqs: work loop: %.3f ns per iteration\n", g_spin_ns);
-}
-
-// splitmix64: fast, good enough, identical on every platform.
-struct rng {
-    std::uint64_t s;
-    std::uint64_t next() {
-        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    double unit_open() {  // uniform in (0, 1]
-        return static_cast<double>((next() >> 11) + 1) * 0x1.0p-53;
-    }
-};
+using rng = spindle::bench::splitmix64;
 
 constexpr std::size_t work_table_size = 4096;  // a power of two
 static_assert((work_table_size & (work_table_size - 1)) == 0);
@@ -370,6 +337,16 @@ struct thread_runner {
         return threads_run(static_cast<unsigned>(n), n, body);
     }
 };
+
+// A sweep's list from the command line, else the mode's default.
+std::vector<unsigned> given_or(const std::vector<unsigned>& given, std::vector<unsigned> otherwise) {
+    return given.empty() ? otherwise : given;
+}
+
+// The default sweep of permit counts and pool sizes.
+std::vector<unsigned> size_sweep(const harness& h) {
+    return h.quick() ? std::vector<unsigned>{1, 4, 16} : std::vector<unsigned>{1, 2, 4, 8, 16};
+}
 
 // The actor counts of a sweep: --threads, else `quick` in quick mode, else
 // from..4x the CPUs, doubling.
@@ -525,8 +502,8 @@ double barrier_boost(const barrier_setup& c) {
 
 void bench_barrier(harness& h, const run_options& o) {
     const std::vector<unsigned> ps = actor_counts(h, o, {2, 4, 8}, 2);
-    std::vector<unsigned> works = o.work_ns;
-    if (works.empty()) works = h.quick() ? std::vector<unsigned>{200} : std::vector<unsigned>{100, 1000};
+    const std::vector<unsigned> works =
+        given_or(o.work_ns, h.quick() ? std::vector<unsigned>{200} : std::vector<unsigned>{100, 1000});
     for (unsigned work : works) {
         const work_table& wt = work_for(work);
         for (unsigned p : ps) {
@@ -621,8 +598,7 @@ double latch_rounds(const latch_setup& c, long& rounds_cap, Make make, Run run, 
 
 void bench_latch(harness& h, const run_options& o) {
     const std::vector<unsigned> ts = actor_counts(h, o, {1, 2, 4}, 1);
-    std::vector<unsigned> works = o.work_ns;
-    if (works.empty()) works = {200};
+    const std::vector<unsigned> works = given_or(o.work_ns, {200});
     std::vector<int> counts = h.quick() ? std::vector<int>{64} : std::vector<int>{64, 1024};
     for (unsigned work : works)
         for (int count : counts)
@@ -724,10 +700,8 @@ double sem_run(const sem_setup& c, Sem& s, Run run, const char* who) {
 
 void bench_semaphore(harness& h, const run_options& o) {
     const std::vector<unsigned> ts = actor_counts(h, o, {1, 2, 4, 8}, 1);
-    std::vector<unsigned> ks = o.permits;
-    if (ks.empty()) ks = h.quick() ? std::vector<unsigned>{1, 4, 16} : std::vector<unsigned>{1, 2, 4, 8, 16};
-    std::vector<unsigned> works = o.work_ns;
-    if (works.empty()) works = {200};
+    const std::vector<unsigned> ks = given_or(o.permits, size_sweep(h));
+    const std::vector<unsigned> works = given_or(o.work_ns, {200});
     for (unsigned work : works)
         for (unsigned k : ks)
             for (unsigned t : ts) {
@@ -920,8 +894,7 @@ std::pair<double, double> time_aborts(abort_rig& rig, abort_kind kind) {
 }
 
 void bench_abort(harness& h, const run_options& o) {
-    std::vector<unsigned> qs = o.queued;
-    if (qs.empty()) qs = {0, 10, 100, 1000, 10000, 100000};
+    std::vector<unsigned> qs = given_or(o.queued, {0, 10, 100, 1000, 10000, 100000});
     std::sort(qs.begin(), qs.end());
     std::vector<const char*> waiters;
     if (g_abort_waiter != "fiber") waiters.push_back("thread");
@@ -1162,10 +1135,8 @@ double pool_run(const pool_setup& c, Pool& p, Run run, const char* who) {
 
 void bench_pool(harness& h, const run_options& o) {
     const std::vector<unsigned> ts = actor_counts(h, o, {1, 2, 4, 8}, 1);
-    std::vector<unsigned> sizes = o.pool_sizes;
-    if (sizes.empty()) sizes = h.quick() ? std::vector<unsigned>{1, 4, 16} : std::vector<unsigned>{1, 2, 4, 8, 16};
-    std::vector<unsigned> works = o.work_ns;
-    if (works.empty()) works = {200};
+    const std::vector<unsigned> sizes = given_or(o.pool_sizes, size_sweep(h));
+    const std::vector<unsigned> works = given_or(o.work_ns, {200});
     for (unsigned work : works)
         for (unsigned size : sizes)
             for (unsigned t : ts) {
@@ -1229,21 +1200,7 @@ void bench_pool(harness& h, const run_options& o) {
 // Command line
 
 std::vector<unsigned> parse_list(const std::string& s, const char* what, unsigned lo) {
-    std::vector<unsigned> out;
-    std::size_t i = 0;
-    while (i <= s.size()) {
-        std::size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        std::string item = s.substr(i, j - i);
-        char* end = nullptr;
-        long v = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || v < static_cast<long>(lo) || v > 10'000'000)
-            fail("bad %s '%s' in '%s'", what, item.c_str(), s.c_str());
-        out.push_back(static_cast<unsigned>(v));
-        i = j + 1;
-    }
-    if (out.empty()) fail("empty %s list", what);
-    return out;
+    return parse_numbers(s, what, lo, 10'000'000, fail);
 }
 
 // Takes this program's own arguments out of argv, leaving the harness's.
@@ -1251,48 +1208,28 @@ run_options take_own_args(int& argc, char** argv) {
     run_options o;
     if (const char* env = std::getenv("SPINDLE_BENCH_WORKERS"); env != nullptr && *env != '\0')
         o.actors = parse_list(env, "thread count", 1);
-    int out = 1;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        bool takes_value = a == "--threads" || a == "--workers" || a == "--max-workers" || a == "--work-ns" ||
-                           a == "--permits" || a == "--queued" || a == "--pool-sizes" || a == "--variants" ||
-                           a == "--abort-waiter";
-        if (takes_value && i + 1 >= argc) fail("missing value after %s", a.c_str());
-        if (a == "--threads" || a == "--workers") {
-            o.actors = parse_list(argv[++i], "thread count", 1);
-        } else if (a == "--max-workers") {
-            o.max_workers = parse_list(argv[++i], "worker count", 1).front();
-        } else if (a == "--work-ns") {
-            o.work_ns = parse_list(argv[++i], "work mean", 0);
-        } else if (a == "--permits") {
-            o.permits = parse_list(argv[++i], "permit count", 1);
-        } else if (a == "--pool-sizes") {
-            o.pool_sizes = parse_list(argv[++i], "pool size", 1);
-        } else if (a == "--queued") {
-            o.queued = parse_list(argv[++i], "queue length", 0);
-        } else if (a == "--abort-waiter") {
-            g_abort_waiter = argv[++i];
-            if (g_abort_waiter != "thread" && g_abort_waiter != "fiber" && g_abort_waiter != "both")
-                fail("--abort-waiter wants thread, fiber or both, not '%s'", g_abort_waiter.c_str());
-        } else if (a == "--variants") {
-            std::string list = argv[++i];
-            for (std::size_t b = 0; b <= list.size();) {
-                std::size_t e = list.find(',', b);
-                if (e == std::string::npos) e = list.size();
-                if (e > b) g_variant_filter.push_back(list.substr(b, e - b));
-                b = e + 1;
-            }
-        } else {
-            if (a == "--help" || a == "-h")
-                std::fprintf(stderr,
-                             "spindle_bench_cqs also takes: [--threads 1,2,4,...] (alias --workers, or "
-                             "SPINDLE_BENCH_WORKERS) [--max-workers N] [--work-ns 100,1000] [--permits 1,4,16] "
-                             "[--queued 0,100,10000] [--pool-sizes 1,4,16] [--variants spindle_fiber,std_barrier,...]\n");
-            argv[out++] = argv[i];
-        }
-    }
-    argc = out;
-    argv[argc] = nullptr;
+    spindle::bench::take_own_args(
+        argc, argv,
+        "spindle_bench_cqs also takes: [--threads 1,2,4,...] (alias --workers, or "
+        "SPINDLE_BENCH_WORKERS) [--max-workers N] [--work-ns 100,1000] [--permits 1,4,16] "
+        "[--queued 0,100,10000] [--pool-sizes 1,4,16] [--variants spindle_fiber,std_barrier,...]",
+        fail,
+        {
+            {"--threads", [&](const std::string& v) { o.actors = parse_list(v, "thread count", 1); }},
+            {"--workers", [&](const std::string& v) { o.actors = parse_list(v, "thread count", 1); }},
+            {"--max-workers", [&](const std::string& v) { o.max_workers = parse_list(v, "worker count", 1).front(); }},
+            {"--work-ns", [&](const std::string& v) { o.work_ns = parse_list(v, "work mean", 0); }},
+            {"--permits", [&](const std::string& v) { o.permits = parse_list(v, "permit count", 1); }},
+            {"--pool-sizes", [&](const std::string& v) { o.pool_sizes = parse_list(v, "pool size", 1); }},
+            {"--queued", [&](const std::string& v) { o.queued = parse_list(v, "queue length", 0); }},
+            {"--abort-waiter",
+             [&](const std::string& v) {
+                 g_abort_waiter = v;
+                 if (g_abort_waiter != "thread" && g_abort_waiter != "fiber" && g_abort_waiter != "both")
+                     fail("--abort-waiter wants thread, fiber or both, not '%s'", g_abort_waiter.c_str());
+             }},
+            {"--variants", [&](const std::string& v) { g_variants.set(v); }},
+        });
     return o;
 }
 
@@ -1390,7 +1327,7 @@ int main(int argc, char** argv) {
     harness h(argc, argv, "cqs");
     g_cpus = std::max(1u, std::thread::hardware_concurrency());
     g_target_ns = h.quick() ? 30e6 : 100e6;
-    calibrate_spin();
+    g_spin_ns = spindle::bench::calibrate_spin("cqs");
     if (h.wants("barrier")) bench_barrier(h, o);
     if (h.wants("latch")) bench_latch(h, o);
     if (h.wants("semaphore")) bench_semaphore(h, o);

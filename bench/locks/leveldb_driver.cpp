@@ -68,6 +68,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "../harness/work.hpp"
+
 namespace {
 
 [[noreturn]] __attribute__((format(printf, 2, 3))) void die(int code, const char* fmt, ...) {
@@ -96,15 +98,7 @@ double now_s() {
 }
 
 // splitmix64: a fast per-thread generator, the same on every platform.
-struct rng {
-    std::uint64_t s;
-    std::uint64_t next() {
-        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-};
+using rng = spindle::bench::splitmix64;
 
 void make_key(char (&buf)[17], unsigned k) { std::snprintf(buf, sizeof buf, "%016u", k); }
 

@@ -144,6 +144,8 @@
 #include <unistd.h>
 
 #include "../harness/harness.hpp"
+#include "../harness/options.hpp"
+#include "../harness/work.hpp"
 
 extern char** environ;
 
@@ -152,6 +154,9 @@ using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::param;
 using spindle::bench::params;
+using spindle::bench::parse_names;
+using spindle::bench::parse_numbers;
+using spindle::bench::spin;
 using spindle::bench::summary;
 using spindle::bench::variant;
 
@@ -315,40 +320,11 @@ struct space_of<spindle::tclock_blocking> {
 };
 
 // ---------------------------------------------------------------------------
-// Busy work
-
-__attribute__((noinline)) void spin(std::uint32_t n) noexcept {
-    for (std::uint32_t i = 0; i < n; ++i) __asm__ volatile("");  // volatile: the loop must run n times
-}
+// Busy work: spin() (harness/work.hpp)
 
 double g_spin_ns = 1.0;  // one iteration of spin()
 
-void calibrate_spin() {
-    std::vector<double> per;
-    constexpr std::uint32_t n = 4'000'000;
-    for (int round = 0; round < 7; ++round) {
-        double t0 = now_ns();
-        spin(n);
-        per.push_back((now_ns() - t0) / n);
-    }
-    std::sort(per.begin(), per.end());
-    g_spin_ns = per.front();  // the fastest round: the others lost the CPU for a while
-    std::fprintf(stderr, "locks: work loop: %.3f ns per iteration\n", g_spin_ns);
-}
-
-struct splitmix {
-    std::uint64_t s;
-    std::uint64_t next() noexcept {
-        std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-        return z ^ (z >> 31);
-    }
-    // Uniform in [0, range): the high 32 bits scaled (range < 2^32).
-    std::uint32_t below(std::uint32_t range) noexcept {
-        return static_cast<std::uint32_t>(((next() >> 32) * range) >> 32);
-    }
-};
+using splitmix = spindle::bench::splitmix64;
 
 // ---------------------------------------------------------------------------
 // One measurement
@@ -596,8 +572,6 @@ struct run_options {
     std::string driver;
     std::vector<std::string> preload_locks;  // SPINDLE_LOCK values; empty: all
 };
-
-std::vector<std::string> parse_names(const std::string& s);  // "a,b,c" -> {a, b, c}
 
 bool lock_wanted(const run_options& o, const std::string& name) {
     return o.locks.empty() || std::find(o.locks.begin(), o.locks.end(), name) != o.locks.end();
@@ -1072,31 +1046,7 @@ void print_targets(const results& res, const run_options& o) {
 // Command line
 
 std::vector<unsigned> parse_list(const std::string& s, const char* what, unsigned lo) {
-    std::vector<unsigned> out;
-    std::size_t i = 0;
-    while (i <= s.size()) {
-        std::size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        std::string item = s.substr(i, j - i);
-        char* end = nullptr;
-        long v = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || v < static_cast<long>(lo) || v > 100'000)
-            fail("bad %s '%s' in '%s'", what, item.c_str(), s.c_str());
-        out.push_back(static_cast<unsigned>(v));
-        i = j + 1;
-    }
-    return out;
-}
-
-std::vector<std::string> parse_names(const std::string& s) {
-    std::vector<std::string> out;
-    for (std::size_t b = 0; b <= s.size();) {
-        std::size_t e = s.find(',', b);
-        if (e == std::string::npos) e = s.size();
-        if (e > b) out.push_back(s.substr(b, e - b));
-        b = e + 1;
-    }
-    return out;
+    return parse_numbers(s, what, lo, 100'000, fail);
 }
 
 double parse_positive(const std::string& s, const char* what) {
@@ -1110,53 +1060,36 @@ double parse_positive(const std::string& s, const char* what) {
 run_options take_own_args(int& argc, char** argv) {
     run_options o;
     if (const char* env = std::getenv("SPINDLE_PRELOAD_LIB"); env != nullptr) o.preload = env;
-    int out = 1;
-    for (int i = 1; i < argc; ++i) {
-        std::string a = argv[i];
-        const bool takes_value = a == "--threads" || a == "--sections" || a == "--oversubscribed-threads" ||
-                                 a == "--window-ms" || a == "--locks" || a == "--leveldb-threads" ||
-                                 a == "--leveldb-seconds" || a == "--preload" || a == "--leveldb-driver" ||
-                                 a == "--preload-locks";
-        if (takes_value && i + 1 >= argc) fail("missing value after %s", a.c_str());
-        if (a == "--threads") {
-            o.threads = parse_list(argv[++i], "thread count", 1);
-        } else if (a == "--sections") {
-            for (const std::string& item : parse_names(argv[++i])) {
-                const std::size_t colon = item.find(':');
-                if (colon == std::string::npos) fail("bad section '%s' (want CS_LINES:NCS_NS)", item.c_str());
-                section sec;
-                sec.cs_lines = parse_list(item.substr(0, colon), "cs_lines", 0).front();
-                sec.ncs_ns = parse_list(item.substr(colon + 1), "ncs_ns", 0).front();
-                o.sections.push_back(sec);
-            }
-        } else if (a == "--oversubscribed-threads") {
-            o.oversub_threads = parse_list(argv[++i], "thread count", 1).front();
-        } else if (a == "--window-ms") {
-            o.window_ms = parse_positive(argv[++i], "window");
-        } else if (a == "--locks") {
-            o.locks = parse_names(argv[++i]);
-        } else if (a == "--leveldb-threads") {
-            o.leveldb_threads = parse_list(argv[++i], "thread count", 1);
-        } else if (a == "--leveldb-seconds") {
-            o.leveldb_seconds = parse_positive(argv[++i], "duration");
-        } else if (a == "--preload") {
-            o.preload = argv[++i];
-        } else if (a == "--preload-locks") {
-            o.preload_locks = parse_names(argv[++i]);
-        } else if (a == "--leveldb-driver") {
-            o.driver = argv[++i];
-        } else {
-            if (a == "--help" || a == "-h")
-                std::fprintf(stderr,
-                             "spindle_bench_locks also takes: [--threads 1,2,4] [--sections 0:0,2:200] "
-                             "[--oversubscribed-threads N] [--window-ms N] [--locks hemlock,mcs,pthread,...] "
-                             "[--leveldb-threads 1,2] [--leveldb-seconds S] [--preload PATH] "
-                             "[--preload-locks hemlock,mcs,...] [--leveldb-driver PATH]\n");
-            argv[out++] = argv[i];
-        }
-    }
-    argc = out;
-    argv[argc] = nullptr;
+    spindle::bench::take_own_args(
+        argc, argv,
+        "spindle_bench_locks also takes: [--threads 1,2,4] [--sections 0:0,2:200] "
+        "[--oversubscribed-threads N] [--window-ms N] [--locks hemlock,mcs,pthread,...] "
+        "[--leveldb-threads 1,2] [--leveldb-seconds S] [--preload PATH] "
+        "[--preload-locks hemlock,mcs,...] [--leveldb-driver PATH]",
+        fail,
+        {
+            {"--threads", [&](const std::string& v) { o.threads = parse_list(v, "thread count", 1); }},
+            {"--sections",
+             [&](const std::string& v) {
+                 for (const std::string& item : parse_names(v)) {
+                     const std::size_t colon = item.find(':');
+                     if (colon == std::string::npos) fail("bad section '%s' (want CS_LINES:NCS_NS)", item.c_str());
+                     section sec;
+                     sec.cs_lines = parse_list(item.substr(0, colon), "cs_lines", 0).front();
+                     sec.ncs_ns = parse_list(item.substr(colon + 1), "ncs_ns", 0).front();
+                     o.sections.push_back(sec);
+                 }
+             }},
+            {"--oversubscribed-threads",
+             [&](const std::string& v) { o.oversub_threads = parse_list(v, "thread count", 1).front(); }},
+            {"--window-ms", [&](const std::string& v) { o.window_ms = parse_positive(v, "window"); }},
+            {"--locks", [&](const std::string& v) { o.locks = parse_names(v); }},
+            {"--leveldb-threads", [&](const std::string& v) { o.leveldb_threads = parse_list(v, "thread count", 1); }},
+            {"--leveldb-seconds", [&](const std::string& v) { o.leveldb_seconds = parse_positive(v, "duration"); }},
+            {"--preload", [&](const std::string& v) { o.preload = v; }},
+            {"--preload-locks", [&](const std::string& v) { o.preload_locks = parse_names(v); }},
+            {"--leveldb-driver", [&](const std::string& v) { o.driver = v; }},
+        });
     return o;
 }
 
@@ -1166,7 +1099,7 @@ int main(int argc, char** argv) {
     run_options o = take_own_args(argc, argv);
     harness h(argc, argv, "locks");
     g_cpus = std::max(1u, std::thread::hardware_concurrency());
-    calibrate_spin();
+    g_spin_ns = spindle::bench::calibrate_spin("locks");
     results res;
     if (h.wants("mutexbench")) bench_mutex(h, o, res, "mutexbench");
     if (h.wants("oversubscribed")) bench_mutex(h, o, res, "oversubscribed");
