@@ -79,8 +79,15 @@ struct context {
 static_assert(offsetof(context, regs) == 0, "the switch reads the registers at offset 0");
 
 namespace detail {
+// The thread-locals below are read around switches, and a switch may resume
+// the code on another thread (a TCLock combiner runs a waiter's context).
+// Initial-exec keeps each access %fs-relative also in position-independent
+// code (spindle_locks, where the TCLocks live, is PIC): a global-dynamic
+// access would let the compiler reuse a __tls_get_addr result from before
+// the switch, i.e. the previous thread's variable.
+
 // This thread's __cxa_eh_globals, looked up once per thread.
-inline thread_local void* tl_eh_globals = nullptr;
+inline thread_local void* tl_eh_globals SPINDLE_INITIAL_EXEC_TLS = nullptr;
 SPINDLE_ALWAYS_INLINE void* eh_globals() noexcept {
     void* g = tl_eh_globals;
     if (g == nullptr) [[unlikely]]
@@ -91,7 +98,14 @@ SPINDLE_ALWAYS_INLINE void* eh_globals() noexcept {
 // The context a switch on this thread started from; read right after the
 // switch lands to record that context's stack bounds. Thread-local because
 // switches on different threads are unrelated.
-inline thread_local context* asan_switch_from = nullptr;
+inline thread_local context* asan_switch_from SPINDLE_INITIAL_EXEC_TLS = nullptr;
+// Read right after a switch landed: out of line, with an empty asm, so that
+// not even the thread pointer is reused from before the switch.
+SPINDLE_NOINLINE inline context* asan_switch_from_here() noexcept {
+    context** p = &asan_switch_from;
+    __asm__ volatile("" : "+r"(p));
+    return *p;
+}
 #endif
 }  // namespace detail
 
@@ -161,7 +175,7 @@ SPINDLE_ALWAYS_INLINE void before_switch(context* from, context* to, bool from_f
 // Runs in `self` right after a switch into it landed.
 SPINDLE_ALWAYS_INLINE void context_started([[maybe_unused]] context* self) noexcept {
 #if SPINDLE_ASAN
-    context* prev = detail::asan_switch_from;
+    context* prev = detail::asan_switch_from_here();
     __sanitizer_finish_switch_fiber(self->fake_stack, &prev->stack_bottom, &prev->stack_size);
 #endif
 }
