@@ -37,9 +37,10 @@
 #include <spindle/locks/tclock_shared.hpp>
 
 #include <spindle/arch/context.hpp>
-#include <spindle/memory/stack.hpp>
 
 #include <linux/futex.h>
+#include <pthread.h>
+#include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -180,11 +181,51 @@ std::uintptr_t align_down(std::uintptr_t v, std::uintptr_t a) noexcept { return 
 std::atomic<std::uint64_t> g_ooo_finishes{0};
 std::atomic<std::uint64_t> g_handbacks{0};
 
+// A thread's ephemeral stack: one private anonymous mapping, the lowest page
+// PROT_NONE (the guard), the rest usable; mapped on the thread's first
+// contended lock() and unmapped when the thread exits. Its own mmap rather
+// than the fiber stack pool (memory/stack.hpp): the TCLocks live in
+// spindle_locks, which has no runtime and goes into the preload library, so
+// nothing here may install the fiber runtime's SIGSEGV handler or sigaltstack.
+// The cost: an overflow of an ephemeral stack (only waiting code and signal
+// handlers run there, with eph_min_room free below every frame) is a plain
+// SIGSEGV at the guard page, without the fiber runtime's message.
+struct eph_stack {
+    std::byte* base = nullptr;  // the mapping, guard page first
+    std::size_t map_size = 0;
+    explicit operator bool() const noexcept { return base != nullptr; }
+    std::byte* top() const noexcept { return base + map_size; }
+    std::byte* bottom() const noexcept { return base + page_size(); }  // end of the guard
+
+    // No system call: glibc answers from the auxiliary vector.
+    static std::size_t page_size() noexcept { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
+    // false: no memory (the caller's errno may have changed).
+    bool map() noexcept {
+        const std::size_t page = page_size();
+        const std::size_t size = page + (eph_stack_size + page - 1) / page * page;
+        void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
+                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
+        if (p == MAP_FAILED) return false;
+        if (::mprotect(p, page, PROT_NONE) != 0) {
+            ::munmap(p, size);
+            return false;
+        }
+        base = static_cast<std::byte*>(p);
+        map_size = size;
+        return true;
+    }
+    void unmap() noexcept {
+        if (base != nullptr) ::munmap(base, map_size);
+        base = nullptr;
+        map_size = 0;
+    }
+};
+
 }  // namespace
 
 struct thread_record {
-    stack_region stack{};
-    bool no_stack = false;       // acquire_stack failed once: this thread takes locks by spinning
+    eph_stack stack{};
+    bool no_stack = false;       // mapping failed once: this thread takes locks by spinning
     tc_qnode* eph_top = nullptr; // innermost live ephemeral frame
     tc_frame* frames = nullptr;  // innermost combine frame (I3)
     unsigned depth = 0;          // live ephemeral frames
@@ -199,30 +240,47 @@ struct thread_record {
     thread_record() = default;
     thread_record(const thread_record&) = delete;
     thread_record& operator=(const thread_record&) = delete;
-    ~thread_record() {
-        release_stack(stack);
+    // The stack is unmapped at thread exit by a pthread key's destructor
+    // (unmap_at_exit), not here: without sanitizers the record is trivially
+    // destructible, so no C++ thread-exit hook is registered (in the preload
+    // library, libstdc++'s would pull its exception globals in).
 #if SPINDLE_TSAN
+    ~thread_record() {
         for (fiber_slot& f : fibers)
             if (f.fiber != nullptr) __tsan_destroy_fiber(f.fiber);
-#endif
     }
+#endif
+
+    // Maps the stack, and arranges for it to be unmapped when the thread
+    // exits (if no pthread key can be had, it stays mapped). false: no memory.
+    bool map_stack() noexcept {
+        if (!stack.map()) return false;
+        static pthread_once_t once = PTHREAD_ONCE_INIT;
+        pthread_once(&once, [] { g_stack_key_ok = pthread_key_create(&g_stack_key, &unmap_at_exit) == 0; });
+        if (g_stack_key_ok) pthread_setspecific(g_stack_key, this);
+        return true;
+    }
+    // A pthread key destructor: runs at thread exit, after the C++
+    // thread_local destructors, when no lock() of the thread is in progress.
+    // The main thread's runs never (exit() keeps the mapping until the end).
+    static void unmap_at_exit(void* r) noexcept { static_cast<thread_record*>(r)->stack.unmap(); }
+    static inline pthread_key_t g_stack_key{};
+    static inline bool g_stack_key_ok = false;  // written once, under pthread_once
 
     // A new frame below every live one; null when there is no ephemeral
     // stack or no room for a frame plus eph_min_room.
     tc_qnode* push(void (*entry)(arch::raw_context*, arch::raw_context*)) noexcept {
         if (!stack) {
             if (no_stack) return nullptr;
-            try {
-                stack = acquire_stack(eph_stack_size);
-            } catch (...) {
+            if (!map_stack()) {
                 no_stack = true;
                 return nullptr;
             }
         }
-        std::byte* const bottom = stack.top - stack.usable;
-        std::byte* top = stack.top;
+        std::byte* const bottom = stack.bottom();
+        std::byte* top = stack.top();
         auto* here = static_cast<std::byte*>(__builtin_frame_address(0));
-        const bool on_eph = here >= bottom && here < stack.top;
+        const bool on_eph = here >= bottom && here < stack.top();
         if (eph_top != nullptr) {
             // The innermost frame is either a combiner suspended in its loop
             // (its lowest address is the loop's saved sp), or a waiter that

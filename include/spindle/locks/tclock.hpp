@@ -19,11 +19,14 @@
 //   * Slow path (out of line): the caller's context is saved (the CACS switch
 //     of arch/context.hpp: the compiler spills only what is live) and the
 //     thread switches to its *ephemeral stack*: a per-thread mapping of
-//     256 KiB with a guard page, taken lazily on the first contended lock()
-//     and released when the thread exits. There it joins an MCS queue. Its own
+//     256 KiB with a PROT_NONE guard page below it, mapped with mmap on the
+//     first contended lock() and unmapped when the thread exits (not a fiber
+//     stack: the TCLocks are part of spindle_locks, with no runtime, and go
+//     into the preload library). There it joins an MCS queue. Its own
 //     stack is not touched again until its section is done, so a combiner may
 //     use it, and a signal delivered to the waiting thread runs on the
-//     ephemeral stack (at least 64 KiB are free below every frame).
+//     ephemeral stack (at least 64 KiB are free below every frame; a handler
+//     that needs more hits the guard page: a plain SIGSEGV, with no message).
 //   * The queue head acquires the TAS gate. Alone, or with one successor, it
 //     hands the head role on and runs its own section. With two or more
 //     successors it becomes the combiner: `state` goes to `combining` (the
