@@ -56,6 +56,13 @@ namespace spindle::arch {
 // It belongs to a thread of execution, so it travels with each context: a
 // fiber that switches inside a catch handler must not pop or rethrow another
 // fiber's exception.
+//
+// SPINDLE_SWITCH_EH_STATE=0 turns that off (swap_eh_state does nothing). The
+// preload library builds so: its libstdc++ is a private static copy whose
+// state is not the program's, and reading it would cost __tls_get_addr.
+#ifndef SPINDLE_SWITCH_EH_STATE
+#define SPINDLE_SWITCH_EH_STATE 1
+#endif
 struct eh_state {
     void* caught = nullptr;
     std::uintptr_t uncaught = 0;  // an unsigned int and padding in the ABI struct
@@ -140,7 +147,9 @@ inline void annotate_destroy_context([[maybe_unused]] context* ctx) noexcept {
 // is kept zero, so when neither side has an exception in flight (nearly
 // always) this is four loads and no store: no chain of stores and reloads
 // through the globals from one switch to the next.
-SPINDLE_ALWAYS_INLINE void swap_eh_state(context* from, context* to, bool from_finished) noexcept {
+SPINDLE_ALWAYS_INLINE void swap_eh_state([[maybe_unused]] context* from, [[maybe_unused]] context* to,
+                                         [[maybe_unused]] bool from_finished) noexcept {
+#if SPINDLE_SWITCH_EH_STATE
     auto* g = static_cast<eh_state*>(detail::eh_globals());
     const eh_state cur = *g;
     const eh_state next = to->eh;
@@ -150,6 +159,7 @@ SPINDLE_ALWAYS_INLINE void swap_eh_state(context* from, context* to, bool from_f
         *g = next;
         to->eh = eh_state{};
     }
+#endif
 }
 
 // The sanitizer half of a switch (nothing in other builds).
