@@ -664,6 +664,81 @@ TEST(TClockShared, TryVariants) {
     rw.unlock();
 }
 
+TEST(TClockShared, HeldExclusiveAndReaders) {
+    tclock_shared rw;
+    EXPECT_EQ(rw.readers(), 0u);
+    rw.lock();
+    EXPECT_TRUE(rw.held_exclusive());
+    rw.unlock();
+    rw.lock_shared();
+    rw.lock_shared_reentrant();
+    EXPECT_FALSE(rw.held_exclusive());
+    EXPECT_EQ(rw.readers(), 2u);
+    EXPECT_FALSE(rw.try_lock());
+    rw.unlock_shared();
+    rw.unlock_shared();
+    EXPECT_TRUE(rw.try_lock());
+    EXPECT_FALSE(rw.try_lock_shared_reentrant());  // a writer is inside
+    rw.unlock();
+}
+
+// A reader that holds the lock takes it again while a writer waits for the
+// readers to leave: the plain lock_shared would wait behind that writer (which
+// waits for this reader); the reentrant one gets in.
+TEST(TClockShared, ReentrantReaderEntersPastAWaitingWriter) {
+    tclock_shared rw;
+    rw.lock_shared();
+    std::atomic<bool> wrote{false};
+    std::thread writer([&] {
+        rw.lock();
+        wrote.store(true);
+        rw.unlock();
+    });
+    // The plain try fails once the writer announced itself (ww).
+    while (rw.try_lock_shared()) {
+        rw.unlock_shared();
+        std::this_thread::yield();
+    }
+    EXPECT_FALSE(wrote.load());
+    rw.lock_shared_reentrant();
+    EXPECT_TRUE(rw.try_lock_shared_reentrant());
+    EXPECT_FALSE(wrote.load());
+    rw.unlock_shared();
+    rw.unlock_shared();
+    rw.unlock_shared();
+    writer.join();
+    EXPECT_TRUE(wrote.load());
+}
+
+TEST(TClockShared, ReentrantReadersWithWritersExclude) {
+    tclock_shared rw;
+    std::atomic<int> readers_in{0};
+    std::atomic<int> writers_in{0};
+    std::atomic<int> violations{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < stress_threads; ++t)
+        ts.emplace_back([&, t] {
+            for (int i = 0; i < stress_iters / 8; ++i) {
+                if ((i + t) % 3 != 0) {
+                    rw.lock_shared_reentrant();
+                    rw.lock_shared_reentrant();  // recursive, as POSIX readers may
+                    readers_in.fetch_add(1);
+                    if (writers_in.load() != 0) violations.fetch_add(1);
+                    readers_in.fetch_sub(1);
+                    rw.unlock_shared();
+                    rw.unlock_shared();
+                } else {
+                    rw.lock();
+                    if (writers_in.fetch_add(1) != 0 || readers_in.load() != 0) violations.fetch_add(1);
+                    writers_in.fetch_sub(1);
+                    rw.unlock();
+                }
+            }
+        });
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(violations.load(), 0);
+}
+
 // --- misuse -----------------------------------------------------------------------
 
 TEST(TClockMisuseDeathTest, UnlockOfUnlockedLockNamesTheLock) {

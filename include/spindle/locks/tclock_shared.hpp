@@ -20,6 +20,7 @@
 //     [31..16 readers][9 rsleep][8 ww][7..0 writer: 1 wp | 2 combining | +4 ooo]
 //
 //     lock_shared      readers += 1; if (old & 0xffff) readers -= 1 and slow    acquire
+//     ..._reentrant    readers += 1; if (old & 0xff) readers -= 1 and slow      acquire
 //     unlock_shared    readers -= 1                                             release
 //     lock (fast)      0 -> wp                                                  CAS, acquire
 //     unlock           writer byte wp -> 0 (wake readers if rsleep)             release
@@ -31,13 +32,17 @@
 // then sleep on `state` with rsleep) for the writer byte to clear: holding
 // `aux` keeps the next writer phase from starting, so a reader waits for at
 // most one writer phase. Readers do not starve writers either: a queue head
-// with ww set turns new readers away. Size 16 bytes; all-zero is unlocked.
+// with ww set turns new readers away (the _reentrant readers excepted: they
+// wait only while a writer is inside). Size 16 bytes; all-zero is unlocked.
 //
 // Contract: lock/try_lock/unlock as tclock; lock_shared/try_lock_shared/
-// unlock_shared as std::shared_mutex. unlock of a lock not held aborts with a
-// message naming the lock when SPINDLE_DEBUG_CHECKS is on. Undefined: taking
-// the lock shared while holding it (either way) in the same code; more than
-// 65535 concurrent readers; calling it from a signal handler.
+// unlock_shared as std::shared_mutex; lock_shared_reentrant/
+// try_lock_shared_reentrant for readers that may already hold the lock
+// shared. unlock of a lock not held aborts with a message naming the lock
+// when SPINDLE_DEBUG_CHECKS is on. Undefined: taking the lock shared while
+// holding it (either way) in the same code, except with the _reentrant
+// readers while holding it shared; more than 65535 concurrent readers;
+// calling it from a signal handler.
 //
 // Limit: the writer queue head waits for readers by spinning and yielding
 // (it does not sleep); writer waiters and readers sleep.
@@ -102,6 +107,45 @@ public:
         if ((old & detail::rw_block_readers) == 0) return true;
         w_.state.fetch_sub(detail::rw_reader, std::memory_order_relaxed);
         return false;
+    }
+
+    // For a reader that may already hold the lock shared (a recursive read
+    // lock, which POSIX allows for pthread_rwlock_t): enters whenever no
+    // writer holds the lock, also while a queued writer waits for the readers
+    // to leave (the plain lock_shared waits behind that writer, which would
+    // never come if the reader itself is one of those it waits for). Writers
+    // may starve under a steady stream of these readers, as under glibc's
+    // default reader preference. Safe because a writer holds the lock only
+    // once no reader is inside: a reader that holds it never sees a writer.
+    void lock_shared_reentrant() noexcept SPINDLE_ACQUIRE_SHARED() {
+        // readers += 1. Acquire as lock_shared.
+        const std::uint32_t old = w_.state.fetch_add(detail::rw_reader, std::memory_order_acquire);
+        if ((old & detail::rw_writer_mask) == 0) [[likely]] return;
+        // Relaxed: we never entered; the slow path synchronizes again. It
+        // waits for this writer phase to end; we hold no read lock (a
+        // writer is inside), so that wait ends.
+        w_.state.fetch_sub(detail::rw_reader, std::memory_order_relaxed);
+        detail::tc_lock_shared_slow(&w_);
+    }
+
+    [[nodiscard]] bool try_lock_shared_reentrant() noexcept SPINDLE_TRY_ACQUIRE_SHARED(true) {
+        const std::uint32_t old = w_.state.fetch_add(detail::rw_reader, std::memory_order_acquire);
+        if ((old & detail::rw_writer_mask) == 0) return true;
+        w_.state.fetch_sub(detail::rw_reader, std::memory_order_relaxed);
+        return false;
+    }
+
+    // For the holder: true if it holds the lock exclusively, false if shared
+    // (a writer is inside only when no reader is, so the answer cannot change
+    // under a holder). Relaxed: a holder reads what it or its entry made true.
+    [[nodiscard]] bool held_exclusive() const noexcept {
+        return (w_.state.load(std::memory_order_relaxed) & detail::rw_writer_mask) != 0;
+    }
+
+    // Readers counted now (inside, or entering and about to leave again).
+    // Relaxed: a snapshot, for limits and diagnostics.
+    [[nodiscard]] std::uint32_t readers() const noexcept {
+        return w_.state.load(std::memory_order_relaxed) / detail::rw_reader;
     }
 
     void unlock_shared() noexcept SPINDLE_RELEASE_SHARED() {
