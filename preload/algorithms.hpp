@@ -11,7 +11,22 @@
 //     ttas                  spindle::ttas_lock                spindle::ttas_lock
 //     <each of those>_park  its spin-then-futex twin          the same as above
 //                           (hemlock_park, mcs_park_lock...)
+//     tclock                spindle::tclock (TCLock-SP)        spindle::ttas_lock
+//     tclock_blocking       spindle::tclock_blocking (TCLock-B) spindle::ttas_lock
+//       (also accepted as tclock-blocking)
 //     pthread               glibc's own functions, untouched
+//
+// rwlocks: for every value but the TCLocks, readers count themselves in one
+// word and writers queue on the lock of the table (rwlock.hpp); under tclock
+// and tclock_blocking the rwlock is spindle::tclock_shared (TCLock-RW),
+// writers combined, whichever of the two was chosen.
+//
+// The TCLocks delegate: a contended critical section may run on the thread
+// of the lock's current holder. Where this library depends on the calling
+// thread it first moves such a section back (delegation.hpp); what a
+// program's own code observes is in tclock.hpp and the README. Their
+// spinlock is ttas_lock, the nearest 4-byte relative of their
+// test-and-set gate.
 //
 // pthread_spinlock_t is 4 bytes: only the 32-bit locks fit, so the FIFO
 // families use ticket_spin (spin.hpp), the FIFO lock that fits. And a
@@ -26,11 +41,17 @@
 // before_fork: what the thread that forks must settle first. hemlock_overlap
 // returns from a contended unlock before its successor acknowledged the
 // handover; in a fork child that successor does not exist, and the Grant
-// word would stay full for ever. So the prepare handler drains it.
+// word would stay full for ever. So the prepare handler drains it. The
+// TCLocks: a fork() called from a critical section that a combiner runs
+// would copy the combiner's thread into the child (and the child would go
+// on as the combiner once the section ends); the prepare handler moves the
+// section back to its own thread first (tclock_before_fork).
 #pragma once
 
 #include <spindle/locks/locks.hpp>
+#include <spindle/locks/tclock.hpp>
 
+#include "delegation.hpp"
 #include "spin.hpp"
 
 namespace spindle::preload {
@@ -61,6 +82,9 @@ SPINDLE_PRELOAD_ALGORITHM(tas, spindle::tas_lock, spindle::tas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(tas_park, spindle::tas_park_lock, spindle::tas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(ttas, spindle::ttas_lock, spindle::ttas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(ttas_park, spindle::ttas_park_lock, spindle::ttas_lock, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(tclock, spindle::tclock, spindle::ttas_lock, &tclock_before_fork)
+SPINDLE_PRELOAD_ALGORITHM(tclock_blocking, spindle::tclock_blocking, spindle::ttas_lock,
+                          &tclock_before_fork)
 
 #undef SPINDLE_PRELOAD_ALGORITHM
 
@@ -68,6 +92,10 @@ SPINDLE_PRELOAD_ALGORITHM(ttas_park, spindle::ttas_park_lock, spindle::ttas_lock
 #define SPINDLE_PRELOAD_ALGORITHMS(X)                                                      \
     X(hemlock) X(hemlock_park) X(hemlock_naive) X(hemlock_naive_park) X(hemlock_overlap)   \
     X(hemlock_overlap_park) X(mcs) X(mcs_park) X(clh) X(clh_park) X(ticket) X(ticket_park) \
-    X(tas) X(tas_park) X(ttas) X(ttas_park)
+    X(tas) X(tas_park) X(ttas) X(ttas_park) X(tclock) X(tclock_blocking)
+
+// Other spellings SPINDLE_LOCK accepts: {alias, value}. The issue that asked
+// for TCLock-B wrote tclock-blocking.
+inline constexpr const char* algorithm_aliases[][2] = {{"tclock-blocking", "tclock_blocking"}};
 
 }  // namespace spindle::preload

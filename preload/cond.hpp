@@ -54,6 +54,10 @@
 // the caller and restores the depth after relocking. Errorcheck: waiting on
 // a mutex the caller does not hold returns EPERM. Robust (glibc's) mutexes:
 // EOWNERDEAD from the relock is returned.
+//
+// TCLocks: a wait called from a section that a combiner runs first moves
+// back to its own thread (M::own_thread, delegation.hpp); the relock in
+// step 6 may be delegated again, like any lock().
 #pragma once
 
 #include <cerrno>
@@ -142,12 +146,18 @@ struct cond_impl {
         cond_waiters(f->c).fetch_sub(1, std::memory_order_release);  // as in wait
         int ignored = 0;
         relock(f->m, f->depth, &ignored);
+        // The unwinding goes on to the thread's cleanup handlers and its
+        // end: on the cancelled thread, not on a combiner that ran the relock.
+        M::own_thread();
     }
 
     // abs: null (no deadline) or a deadline on clock `clock`.
     static int wait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock,
                     const struct timespec* abs) noexcept {
         if (abs != nullptr && !valid_timespec(abs)) return EINVAL;
+        // A TCLock's section waits on its own thread (delegation.hpp):
+        // the cancellation point and the sleep are that thread's.
+        M::own_thread();
         pthread_testcancel();  // a cancellation point even if it would not sleep
 
         std::uint32_t flags = cond_flags(c);

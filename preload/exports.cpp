@@ -119,7 +119,7 @@ constexpr api bootstrap_table = {
     &boot<&api::old_cond_signal>::call,   &boot<&api::old_cond_broadcast>::call,
     &boot<&api::old_cond_wait>::call,     &boot<&api::old_cond_timedwait>::call,
 
-    nullptr,
+    nullptr, nullptr,
     bootstrap_name, false, false,
 };
 
@@ -172,15 +172,6 @@ api g_child_table;                       // written by the child handler only
 std::atomic<const api*> g_parent_table{nullptr};  // non-null: child mode
 std::atomic<bool> g_atfork_registered{false};
 
-// Unlock in a single-threaded fork child: no live thread can be queued, so
-// write the all-zero unlocked state instead of handing over (the lock's
-// successor may be a thread that did not survive the fork). A queue node
-// the lock held is not returned to its free list (one node per such lock).
-void zero_lock_room(void* object, std::size_t offset) noexcept {
-    std::memset(static_cast<unsigned char*>(object) + offset, 0, lock_room);
-    std::atomic_signal_fence(std::memory_order_seq_cst);  // no reordering around the plain stores
-}
-
 int child_mutex_unlock(pthread_mutex_t* m) noexcept {
     int k = mutex_kind(m);
     if (k & mutex_layout::route_bits) return real<real_fn::mutex_unlock, int(pthread_mutex_t*)>()(m);
@@ -190,17 +181,6 @@ int child_mutex_unlock(pthread_mutex_t* m) noexcept {
         !mutex_common::drop(m, type, &result))
         return result;
     zero_lock_room(m, mutex_layout::lock);
-    return 0;
-}
-
-int child_rwlock_unlock(pthread_rwlock_t* rw) noexcept {
-    if (rwlock_common::routed(rw)) return real<real_fn::rwlock_unlock, int(pthread_rwlock_t*)>()(rw);
-    if (!rwlock_common::i_am_writer(rw)) {
-        rwlock_common::read_unlock(rw);
-        return 0;
-    }
-    rwlock_common::release_write(rw);
-    zero_lock_room(rw, rwlock_layout::lock);
     return 0;
 }
 
@@ -234,7 +214,7 @@ void atfork_child() noexcept {
     if (parent == nullptr) parent = t;  // else: a fork from a child in child mode
     g_child_table = *parent;
     g_child_table.mutex_unlock = &child_mutex_unlock;
-    g_child_table.rwlock_unlock = &child_rwlock_unlock;
+    g_child_table.rwlock_unlock = parent->rwlock_child_unlock;
     g_child_table.spin_unlock = &child_spin_unlock;
     g_child_table.cond_destroy = &child_cond_destroy;
     g_parent_table.store(parent, std::memory_order_relaxed);

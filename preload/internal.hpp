@@ -103,6 +103,8 @@ struct api {
 
     // Run by the thread that forks, before the fork (algorithms.hpp); null: none.
     void (*before_fork)() noexcept;
+    // pthread_rwlock_unlock in a single-threaded fork child (exports.cpp).
+    int (*rwlock_child_unlock)(pthread_rwlock_t*);
 
     const char* name;  // the SPINDLE_LOCK value
     bool stats;        // a measuring table
@@ -128,7 +130,8 @@ const api* initialize() noexcept;
 // its SPINDLE_LOCK name (tables.cpp). null: no such algorithm.
 extern const api passthrough_table;
 const api* find_table(const char* name, std::size_t len, bool stats) noexcept;
-// Writes the valid SPINDLE_LOCK values, separated by ", ", into buf.
+// Writes the valid SPINDLE_LOCK values, separated by ", ", into buf, then
+// the other accepted spellings (algorithm_aliases), each on a line of its own.
 void list_algorithms(char* buf, std::size_t size) noexcept;
 
 // The old-ABI condition variable functions, shared by every table of ours.

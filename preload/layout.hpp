@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <new>
 
 namespace spindle::preload {
@@ -36,6 +37,15 @@ inline constexpr std::size_t lock_room = 16;
 
 template <class L>
 inline constexpr bool fits_lock_room = sizeof(L) <= lock_room && alignof(L) <= 8;
+
+// Unlock in a single-threaded fork child: no live thread can be queued, so
+// write the all-zero unlocked state instead of handing over (the lock's
+// successor may be a thread that did not survive the fork). A queue node
+// the lock held is not returned to its free list (one node per such lock).
+inline void zero_lock_room(void* object, std::size_t offset) noexcept {
+    std::memset(static_cast<unsigned char*>(object) + offset, 0, lock_room);
+    std::atomic_signal_fence(std::memory_order_seq_cst);  // no reordering around the plain stores
+}
 
 // ---------------------------------------------------------------------------
 // pthread_mutex_t (40 bytes). See internal.hpp for the table of fields.

@@ -28,12 +28,20 @@
 // clock is EINVAL at once.
 //
 // destroy: EBUSY if the mutex is held (tried with try_lock), else 0.
+//
+// TCLocks (SPINDLE_LOCK=tclock, tclock_blocking): a normal or adaptive
+// mutex's critical section may run on a combiner's thread. Recursive and
+// errorcheck mutexes, which compare owners, and the mutexes routed to glibc
+// (which records the running thread) first move a delegated caller back to
+// its own thread, and a recursive or errorcheck mutex's section runs on the
+// thread that locked it (own_thread, delegation.hpp).
 #pragma once
 
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 
+#include "delegation.hpp"
 #include "internal.hpp"
 #include "layout.hpp"
 #include "wait.hpp"
@@ -78,6 +86,9 @@ struct mutex_impl : mutex_common {
     static_assert(fits_lock_room<L>, "the lock must fit in 16 bytes of pthread_mutex_t");
 
     static L& lock_of(pthread_mutex_t* m) noexcept { return *at<L>(m, mutex_layout::lock); }
+
+    // See delegation.hpp: before anything that depends on the calling thread.
+    static void own_thread() noexcept { preload::own_thread<L>(); }
 
     // L::lock(), measured when Stats.
     static void acquire(pthread_mutex_t* m) noexcept SPINDLE_NO_TSA {
@@ -175,9 +186,13 @@ struct mutex_impl : mutex_common {
 
     static int trylock(pthread_mutex_t* m) noexcept {
         int k = mutex_kind(m);
-        if (k & mutex_layout::route_bits)
+        if (k & mutex_layout::route_bits) {
+            own_thread();
             return real<real_fn::mutex_trylock, int(pthread_mutex_t*)>()(m);
-        if ((k & mutex_layout::type_mask) == PTHREAD_MUTEX_RECURSIVE) {
+        }
+        const int type = k & mutex_layout::type_mask;
+        if (type == PTHREAD_MUTEX_RECURSIVE || type == PTHREAD_MUTEX_ERRORCHECK) own_thread();
+        if (type == PTHREAD_MUTEX_RECURSIVE) {
             std::uint32_t self = thread_id();
             if (owner_of(m).load(std::memory_order_relaxed) == self) return deepen(m);
             if (!try_acquire(m)) return EBUSY;
@@ -185,21 +200,25 @@ struct mutex_impl : mutex_common {
             return 0;
         }
         if (!try_acquire(m)) return EBUSY;  // errorcheck held by self: EBUSY too
-        if ((k & mutex_layout::type_mask) == PTHREAD_MUTEX_ERRORCHECK) take(m, thread_id());
+        if (type == PTHREAD_MUTEX_ERRORCHECK) take(m, thread_id());
         return 0;
     }
 
     static int timedlock(pthread_mutex_t* m, const struct timespec* abs) noexcept {
-        if (mutex_kind(m) & mutex_layout::route_bits)
+        if (mutex_kind(m) & mutex_layout::route_bits) {
+            own_thread();
             return real<real_fn::mutex_timedlock, int(pthread_mutex_t*, const struct timespec*)>()(
                 m, abs);
+        }
         return lock_until(m, CLOCK_REALTIME, abs);
     }
 
     static int clocklock(pthread_mutex_t* m, clockid_t c, const struct timespec* abs) noexcept {
-        if (mutex_kind(m) & mutex_layout::route_bits)
+        if (mutex_kind(m) & mutex_layout::route_bits) {
+            own_thread();
             return real<real_fn::mutex_clocklock,
                         int(pthread_mutex_t*, clockid_t, const struct timespec*)>()(m, c, abs);
+        }
         if (!supported_clock(c)) return EINVAL;
         return lock_until(m, c, abs);
     }
@@ -225,23 +244,29 @@ struct mutex_impl : mutex_common {
 
     SPINDLE_NOINLINE static int lock_kinded(pthread_mutex_t* m) noexcept {
         int k = mutex_kind(m);
-        if (k & mutex_layout::route_bits)
+        if (k & mutex_layout::route_bits) {
+            own_thread();
             return real<real_fn::mutex_lock, int(pthread_mutex_t*)>()(m);
+        }
         switch (k & mutex_layout::type_mask) {
             case PTHREAD_MUTEX_RECURSIVE: {
+                own_thread();
                 std::uint32_t self = thread_id();
                 // relaxed: equal only if this thread stored it (take) and
                 // has not cleared it since (unlock_kinded); both are its own
                 // earlier writes.
                 if (owner_of(m).load(std::memory_order_relaxed) == self) return deepen(m);
                 acquire(m);
+                own_thread();  // the section runs where lock() was called
                 take(m, self);
                 return 0;
             }
             case PTHREAD_MUTEX_ERRORCHECK: {
+                own_thread();
                 std::uint32_t self = thread_id();
                 if (owner_of(m).load(std::memory_order_relaxed) == self) return EDEADLK;  // as above
                 acquire(m);
+                own_thread();
                 take(m, self);
                 return 0;
             }
@@ -253,9 +278,12 @@ struct mutex_impl : mutex_common {
 
     SPINDLE_NOINLINE static int unlock_kinded(pthread_mutex_t* m) noexcept {
         int k = mutex_kind(m);
+        int type = k & mutex_layout::type_mask;
+        if ((k & mutex_layout::route_bits) || type == PTHREAD_MUTEX_RECURSIVE ||
+            type == PTHREAD_MUTEX_ERRORCHECK)
+            own_thread();
         if (k & mutex_layout::route_bits)
             return real<real_fn::mutex_unlock, int(pthread_mutex_t*)>()(m);
-        int type = k & mutex_layout::type_mask;
         int result = 0;
         if ((type == PTHREAD_MUTEX_RECURSIVE || type == PTHREAD_MUTEX_ERRORCHECK) &&
             !drop(m, type, &result))
@@ -268,6 +296,7 @@ struct mutex_impl : mutex_common {
         int type = mutex_kind(m) & mutex_layout::type_mask;
         std::uint32_t self = 0;
         if (type == PTHREAD_MUTEX_RECURSIVE || type == PTHREAD_MUTEX_ERRORCHECK) {
+            own_thread();
             self = thread_id();
             if (owner_of(m).load(std::memory_order_relaxed) == self)  // as in lock_kinded
                 return type == PTHREAD_MUTEX_RECURSIVE ? deepen(m) : EDEADLK;

@@ -1,6 +1,7 @@
 // preload/tables.cpp — one dispatch table per SPINDLE_LOCK value and
 // statistics setting, and the passthrough table.
 #include <cstring>
+#include <type_traits>
 
 #include "algorithms.hpp"
 #include "cond.hpp"
@@ -16,7 +17,9 @@ namespace {
 template <class Algo, bool Stats>
 struct impl {
     using M = mutex_impl<typename Algo::lock, Stats>;
-    using R = rwlock_impl<typename Algo::lock, Stats>;
+    // The TCLocks' rwlock is tclock_shared (rwlock.hpp).
+    using R = std::conditional_t<delegates<typename Algo::lock>, rwlock_tclock_impl<Stats>,
+                                 rwlock_impl<typename Algo::lock, Stats>>;
     using S = spin_impl<typename Algo::spin, Stats>;
     using C = cond_impl<M>;
 
@@ -37,7 +40,7 @@ struct impl {
         &old_cond_init,   &old_cond_destroy,  &old_cond_signal,   &old_cond_broadcast,
         &old_cond_wait,   &old_cond_timedwait,
 
-        Algo::before_fork,
+        Algo::before_fork, &R::child_unlock,
         Algo::name,       Stats,              true,
     };
 };
@@ -118,6 +121,7 @@ const api passthrough_table = {
     &fwd<real_fn::old_cond_timedwait, cond_timed_fn>::call,
 
     nullptr,
+    nullptr,
     passthrough_name,
     false,
     false,
@@ -126,6 +130,11 @@ const api passthrough_table = {
 const api* find_table(const char* name, std::size_t len, bool stats) noexcept {
     if (len == sizeof passthrough_name - 1 && std::memcmp(name, passthrough_name, len) == 0)
         return &passthrough_table;
+    for (const auto& a : algorithm_aliases)
+        if (std::strlen(a[0]) == len && std::memcmp(a[0], name, len) == 0) {
+            name = a[1];
+            len = std::strlen(name);
+        }
     for (const entry& e : entries)
         if (std::strlen(e.name) == len && std::memcmp(e.name, name, len) == 0)
             return stats ? e.measuring : e.plain;
@@ -147,6 +156,16 @@ void list_algorithms(char* buf, std::size_t size) noexcept {
     };
     for (const entry& e : entries) add(e.name);
     add(passthrough_name);
+    // The aliases on a line of their own: scripts read the first line.
+    for (const auto& a : algorithm_aliases) {
+        for (const char* part : {"\n(", a[0], " is also accepted, for ", a[1], ")"}) {
+            const std::size_t n = std::strlen(part);
+            if (used + n < size) {
+                std::memcpy(buf + used, part, n);
+                used += n;
+            }
+        }
+    }
     buf[used < size ? used : size - 1] = '\0';
 }
 

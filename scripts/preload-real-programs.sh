@@ -27,7 +27,9 @@ if [[ ! -f $lib ]]; then
   exit 2
 fi
 
-# The SPINDLE_LOCK values, as the library itself lists them.
+# The SPINDLE_LOCK values, as the library itself lists them (tclock and
+# tclock_blocking among them; the other spellings it accepts, such as
+# tclock-blocking, are on a line of their own and not run twice).
 locks=$(SPINDLE_LOCK='?' LD_PRELOAD=$lib /bin/true 2>&1 | sed -n 's/.*valid values: //p' | tr -d ',')
 if [[ -z $locks ]]; then
   echo "preload-real-programs: $lib did not list its SPINDLE_LOCK values" >&2

@@ -720,6 +720,7 @@ void bench_space(harness& h, const run_options& o) {
 const std::vector<std::string> candidate_preload_locks = {
     "hemlock",      "mcs",      "clh",      "ticket",      "tas",      "ttas",      "pthread",
     "hemlock_park", "mcs_park", "clh_park", "ticket_park", "tas_park", "ttas_park",
+    "tclock",       "tclock_blocking",
 };
 
 std::string g_tmp_dir;  // the filled database's directory, removed at exit

@@ -949,6 +949,276 @@ static void test_fork(void) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Thread identity inside contended critical sections. Under SPINDLE_LOCK=
+ * tclock and tclock_blocking a contended section of a normal mutex may run
+ * on another thread (the combiner); what the library decides by thread
+ * identity must still be the caller's: recursive and errorcheck ownership,
+ * rwlock writers' EDEADLK, condition variable waits, fork(). Under the other
+ * locks these are plain POSIX checks under contention. */
+
+/* pthread_self() is declared const: called through a volatile pointer, the
+ * compiler cannot reuse a value from before lock(). */
+static pthread_t (*volatile g_self)(void) = pthread_self;
+
+static pthread_mutex_t g_sect = PTHREAD_MUTEX_INITIALIZER; /* normal: contended */
+static pthread_mutex_t g_sect_rec = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_mutex_t g_sect_chk = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+static pthread_rwlock_t g_sect_rw = PTHREAD_RWLOCK_INITIALIZER;
+static long g_sect_count, g_rec_count, g_chk_count, g_rw_count;
+static atomic_long g_elsewhere; /* sections seen on another thread (statistics only) */
+
+static void* identity_worker(void* p) {
+    (void)p;
+    pthread_t me = pthread_self();
+    for (long i = 0; i < g_iters / 2; ++i) {
+        CHECK_EQ(pthread_mutex_lock(&g_sect), 0);
+        if (!pthread_equal(g_self(), me)) atomic_fetch_add(&g_elsewhere, 1);
+        g_sect_count++;
+        switch (i % 8) {
+            case 0: /* recursive, inside the (maybe delegated) section */
+                CHECK_EQ(pthread_mutex_lock(&g_sect_rec), 0);
+                CHECK(pthread_equal(g_self(), me)); /* its section runs on its thread */
+                CHECK_EQ(pthread_mutex_lock(&g_sect_rec), 0);
+                CHECK_EQ(pthread_mutex_trylock(&g_sect_rec), 0);
+                g_rec_count++;
+                for (int k = 0; k < 3; ++k) CHECK_EQ(pthread_mutex_unlock(&g_sect_rec), 0);
+                break;
+            case 1: /* errorcheck: EDEADLK and EPERM are the caller's */
+                CHECK_EQ(pthread_mutex_lock(&g_sect_chk), 0);
+                CHECK_EQ(pthread_mutex_lock(&g_sect_chk), EDEADLK);
+                g_chk_count++;
+                CHECK_EQ(pthread_mutex_unlock(&g_sect_chk), 0);
+                CHECK_EQ(pthread_mutex_unlock(&g_sect_chk), EPERM);
+                break;
+            case 2: /* a write lock taken inside, kept past the unlock below */
+                CHECK_EQ(pthread_rwlock_wrlock(&g_sect_rw), 0);
+                CHECK_EQ(pthread_rwlock_rdlock(&g_sect_rw), EDEADLK);
+                CHECK_EQ(pthread_rwlock_wrlock(&g_sect_rw), EDEADLK);
+                break;
+            case 3: /* recursive taken inside, released after the section */
+                CHECK_EQ(pthread_mutex_lock(&g_sect_rec), 0);
+                break;
+            case 4: /* plain sections keep waiters queued: combining goes on */
+                sched_yield();
+                break;
+            default: break;
+        }
+        CHECK_EQ(pthread_mutex_unlock(&g_sect), 0);
+        if (i % 8 == 2) {
+            g_rw_count++;
+            CHECK_EQ(pthread_rwlock_wrlock(&g_sect_rw), EDEADLK); /* still ours */
+            CHECK_EQ(pthread_rwlock_unlock(&g_sect_rw), 0);
+        } else if (i % 8 == 3) {
+            CHECK_EQ(pthread_mutex_lock(&g_sect_rec), 0); /* depth 2: still ours */
+            g_rec_count++;
+            CHECK_EQ(pthread_mutex_unlock(&g_sect_rec), 0);
+            CHECK_EQ(pthread_mutex_unlock(&g_sect_rec), 0);
+        }
+    }
+    return NULL;
+}
+
+static void test_identity(void) {
+    pthread_t t[64];
+    g_sect_count = g_rec_count = g_chk_count = g_rw_count = 0;
+    atomic_store(&g_elsewhere, 0);
+    for (int i = 0; i < g_threads; ++i) start(&t[i], identity_worker, NULL);
+    for (int i = 0; i < g_threads; ++i) join(t[i]);
+    long per = g_iters / 2;
+    CHECK_EQ(g_sect_count, (long)g_threads * per);
+    /* case k of i % 8 comes (per - k + 7) / 8 times */
+    CHECK_EQ(g_rec_count, (long)g_threads * ((per + 7) / 8 + (per + 4) / 8)); /* cases 0 and 3 */
+    CHECK_EQ(g_chk_count, (long)g_threads * ((per + 6) / 8));
+    CHECK_EQ(g_rw_count, (long)g_threads * ((per + 5) / 8));
+    CHECK_EQ(pthread_mutex_trylock(&g_sect_rec), 0); /* nobody kept a level */
+    CHECK_EQ(pthread_mutex_unlock(&g_sect_rec), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_sect_rec), EPERM);
+    printf("preload_prog [%s]: %ld of %ld contended sections ran on another thread\n", g_lock,
+           (long)atomic_load(&g_elsewhere), g_sect_count);
+}
+
+/* Condition variables among several threads on one contended mutex:
+ * ping-pong of a turn around a ring, and producers/consumers. */
+struct ring {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    int turn, players;
+    long rounds;
+};
+struct player {
+    struct ring* r;
+    int me;
+};
+static void* play(void* p) {
+    struct player* pl = p;
+    struct ring* r = pl->r;
+    for (long i = 0; i < r->rounds; ++i) {
+        CHECK_EQ(pthread_mutex_lock(&r->m), 0);
+        while (r->turn != pl->me) CHECK_EQ(pthread_cond_wait(&r->c, &r->m), 0);
+        r->turn = (r->turn + 1) % r->players;
+        CHECK_EQ(pthread_cond_broadcast(&r->c), 0);
+        CHECK_EQ(pthread_mutex_unlock(&r->m), 0);
+    }
+    return NULL;
+}
+
+struct mpmc {
+    pthread_mutex_t m;
+    pthread_cond_t not_empty, not_full;
+    long items[RING];
+    int head, count;
+    long per_producer;
+    long consumed_sum, consumed_n; /* under m */
+    int producers_left;
+};
+static void* mp_produce(void* p) {
+    struct mpmc* q = p;
+    for (long i = 1; i <= q->per_producer; ++i) {
+        CHECK_EQ(pthread_mutex_lock(&q->m), 0);
+        while (q->count == RING) {
+            struct timespec d = in_ms(CLOCK_REALTIME, 600000);
+            int r = (i & 1) ? pthread_cond_wait(&q->not_full, &q->m)
+                            : pthread_cond_timedwait(&q->not_full, &q->m, &d);
+            CHECK_EQ(r, 0);
+        }
+        q->items[(q->head + q->count++) % RING] = i;
+        CHECK_EQ(pthread_cond_signal(&q->not_empty), 0);
+        CHECK_EQ(pthread_mutex_unlock(&q->m), 0);
+    }
+    CHECK_EQ(pthread_mutex_lock(&q->m), 0);
+    if (--q->producers_left == 0) CHECK_EQ(pthread_cond_broadcast(&q->not_empty), 0);
+    CHECK_EQ(pthread_mutex_unlock(&q->m), 0);
+    return NULL;
+}
+static void* mp_consume(void* p) {
+    struct mpmc* q = p;
+    CHECK_EQ(pthread_mutex_lock(&q->m), 0);
+    for (;;) {
+        while (q->count == 0 && q->producers_left > 0) {
+            struct timespec d = in_ms(CLOCK_MONOTONIC, 600000);
+            int r = (q->consumed_n & 1) ? pthread_cond_wait(&q->not_empty, &q->m)
+                                        : pthread_cond_clockwait(&q->not_empty, &q->m,
+                                                                 CLOCK_MONOTONIC, &d);
+            CHECK_EQ(r, 0);
+        }
+        if (q->count == 0) break;
+        q->consumed_sum += q->items[q->head];
+        q->consumed_n++;
+        q->head = (q->head + 1) % RING;
+        q->count--;
+        CHECK_EQ(pthread_cond_signal(&q->not_full), 0);
+    }
+    CHECK_EQ(pthread_mutex_unlock(&q->m), 0);
+    return NULL;
+}
+
+static void test_cond_many(void) {
+    /* Ping-pong around a ring of every thread. */
+    struct ring r = {.m = PTHREAD_MUTEX_INITIALIZER, .c = PTHREAD_COND_INITIALIZER,
+                     .players = g_threads, .rounds = g_iters / 20 + 1};
+    struct player pl[64];
+    pthread_t t[64];
+    for (int i = 0; i < g_threads; ++i) {
+        pl[i] = (struct player){&r, i};
+        start(&t[i], play, &pl[i]);
+    }
+    for (int i = 0; i < g_threads; ++i) join(t[i]);
+    CHECK_EQ(r.turn, (int)((r.rounds * g_threads) % g_threads));
+
+    /* Several producers and consumers on one queue. */
+    struct mpmc* q = calloc(1, sizeof *q);
+    CHECK_EQ(pthread_mutex_init(&q->m, NULL), 0);
+    CHECK_EQ(pthread_cond_init(&q->not_empty, NULL), 0);
+    CHECK_EQ(pthread_cond_init(&q->not_full, NULL), 0);
+    int producers = g_threads / 2, consumers = g_threads - producers;
+    q->per_producer = g_iters;
+    q->producers_left = producers;
+    for (int i = 0; i < producers; ++i) start(&t[i], mp_produce, q);
+    for (int i = 0; i < consumers; ++i) start(&t[producers + i], mp_consume, q);
+    for (int i = 0; i < g_threads; ++i) join(t[i]);
+    CHECK_EQ(q->consumed_n, (long)producers * g_iters);
+    CHECK_EQ(q->consumed_sum, (long)producers * (g_iters * (g_iters + 1) / 2));
+    CHECK_EQ(pthread_cond_destroy(&q->not_empty), 0);
+    CHECK_EQ(pthread_cond_destroy(&q->not_full), 0);
+    CHECK_EQ(pthread_mutex_destroy(&q->m), 0);
+    free(q);
+}
+
+/* A recursive read lock while a writer waits: POSIX lets a thread hold
+ * several read locks of a default rwlock; the second must not wait behind
+ * the writer (who waits for this very reader). */
+static pthread_rwlock_t g_rd_again = PTHREAD_RWLOCK_INITIALIZER;
+static atomic_int g_rd_writer_in;
+static void* rd_again_writer(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_rwlock_wrlock(&g_rd_again), 0);
+    atomic_store(&g_rd_writer_in, 1);
+    CHECK_EQ(pthread_rwlock_unlock(&g_rd_again), 0);
+    return NULL;
+}
+static void test_read_again(void) {
+    atomic_store(&g_rd_writer_in, 0);
+    CHECK_EQ(pthread_rwlock_rdlock(&g_rd_again), 0);
+    pthread_t w;
+    start(&w, rd_again_writer, NULL);
+    sleep_ms(20); /* likely waiting for us by now; the test holds either way */
+    CHECK_EQ(pthread_rwlock_rdlock(&g_rd_again), 0);
+    CHECK_EQ(pthread_rwlock_tryrdlock(&g_rd_again), 0);
+    CHECK_EQ(atomic_load(&g_rd_writer_in), 0);
+    for (int i = 0; i < 3; ++i) CHECK_EQ(pthread_rwlock_unlock(&g_rd_again), 0);
+    join(w);
+    CHECK_EQ(atomic_load(&g_rd_writer_in), 1);
+}
+
+/* fork() from inside a contended critical section: the child is a copy of
+ * the thread that called fork() (its pthread_self(), the recursive mutex
+ * it holds), whichever thread ran the section in the parent. */
+static pthread_mutex_t g_fsect = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_fsect_rec = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static atomic_int g_fsect_stop;
+static void* fsect_hammer(void* p) {
+    (void)p;
+    while (!atomic_load(&g_fsect_stop)) {
+        CHECK_EQ(pthread_mutex_lock(&g_fsect), 0);
+        sched_yield();
+        CHECK_EQ(pthread_mutex_unlock(&g_fsect), 0);
+    }
+    return NULL;
+}
+static void test_fork_in_section(void) {
+    atomic_store(&g_fsect_stop, 0);
+    pthread_t h[3];
+    for (int i = 0; i < 3; ++i) start(&h[i], fsect_hammer, NULL);
+    pthread_t me = pthread_self();
+    CHECK_EQ(pthread_mutex_lock(&g_fsect_rec), 0);
+    for (int round = 0; round < 8; ++round) {
+        CHECK_EQ(pthread_mutex_lock(&g_fsect), 0);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            int ok = pthread_equal(g_self(), me);
+            ok &= pthread_mutex_unlock(&g_fsect) == 0;
+            if (g_ours) { /* glibc names owners by kernel tid (see test_fork) */
+                ok &= pthread_mutex_lock(&g_fsect_rec) == 0; /* depth 2: still ours */
+                ok &= pthread_mutex_unlock(&g_fsect_rec) == 0;
+                ok &= pthread_mutex_unlock(&g_fsect_rec) == 0;
+            }
+            ok &= pthread_mutex_lock(&g_fsect) == 0;
+            ok &= pthread_mutex_unlock(&g_fsect) == 0;
+            _exit(ok ? 0 : 1);
+        }
+        CHECK_EQ(pthread_mutex_unlock(&g_fsect), 0);
+        int status;
+        CHECK_EQ(waitpid(pid, &status, 0), pid);
+        CHECK(WIFEXITED(status));
+        CHECK_EQ(WEXITSTATUS(status), 0);
+    }
+    CHECK_EQ(pthread_mutex_unlock(&g_fsect_rec), 0);
+    atomic_store(&g_fsect_stop, 1);
+    for (int i = 0; i < 3; ++i) join(h[i]);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Modes that spawn this program again with another environment. */
 
 /* Runs this program with `assignment` (NAME=VALUE) added to the environment
@@ -988,7 +1258,7 @@ static int bad_env(void) {
         "hemlock",    "hemlock_park",    "hemlock_naive", "hemlock_naive_park", "hemlock_overlap",
         "hemlock_overlap_park", "mcs",   "mcs_park",      "clh",                "clh_park",
         "ticket",     "ticket_park",     "tas",           "tas_park",           "ttas",
-        "ttas_park",  "pthread"};
+        "ttas_park",  "tclock",          "tclock_blocking", "tclock-blocking",  "pthread"};
     for (size_t i = 0; i < sizeof valid / sizeof valid[0]; ++i) CHECK(strstr(out, valid[i]) != NULL);
     r = spawn_self("SPINDLE_STATS=yes", "quiet", out, sizeof out);
     fprintf(stderr, "SPINDLE_STATS=yes: exit %d, said: %s", r, out);
@@ -1033,6 +1303,7 @@ static int stats(void) {
 int main(int argc, char** argv) {
     const char* env = getenv("SPINDLE_LOCK");
     if (env != NULL && env[0] != '\0') g_lock = env;
+    if (strcmp(g_lock, "tclock-blocking") == 0) g_lock = "tclock_blocking"; /* the same lock */
     g_ours = strcmp(g_lock, "pthread") != 0;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     g_threads = cpus < 2 ? 4 : (int)(2 * cpus + 1);
@@ -1057,6 +1328,10 @@ int main(int argc, char** argv) {
     test_process_shared();
     test_fork();
     test_stress();
+    test_identity();
+    test_cond_many();
+    test_read_again();
+    test_fork_in_section();
     printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
            g_iters);
     return 0;
