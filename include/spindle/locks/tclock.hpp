@@ -123,7 +123,10 @@
 //     unlock() and sleeps on the waiter's own thread;
 //   * a thread that sleeps in any spindle::sync primitive (mutex,
 //     semaphore, condition variable, latch, barrier, event, channel, pool):
-//     their thread-parking path calls tclock_may_block() before it sleeps.
+//     their thread-parking path calls tclock_may_block() before it sleeps;
+//   * in the LD_PRELOAD library: pthread_cond_wait and friends, and every
+//     call whose result depends on the calling thread (recursive and
+//     errorcheck mutexes, rwlock writers, fork; preload/delegation.hpp).
 // Not detected: other blocking calls (a futex, read(2), another library's
 // lock); a section that sleeps in one without the call stalls the batch for
 // as long as it sleeps (the lock stays correct).
