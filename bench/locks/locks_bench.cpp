@@ -291,16 +291,7 @@ struct space_of<spindle::detail::node_queue_lock<Queue>> {
 };
 template <class Queue>
 struct space_of<spindle::detail::park_gate<Queue>> {
-    static space_row get() {
-        space_row r = around_queue<spindle::detail::park_gate<Queue>, Queue>();
-        // The head leaves the queue when it takes the gate: a held lock keeps
-        // no node.
-        if (r.per_held_lock != 0) {
-            r.per_held_lock = 0;
-            r.note += "; a park twin's holder has left the queue: nothing per held lock";
-        }
-        return r;
-    }
+    static space_row get() { return around_queue<spindle::detail::park_gate<Queue>, Queue>(); }
 };
 
 // TCLocks: nothing static per thread that the header names; a thread's

@@ -120,6 +120,8 @@ bool cache_allowed() noexcept {
 
 }  // namespace
 
+queue_node* queue_node_at(std::uint32_t index) noexcept { return node_at(index); }
+
 queue_node* node_cache_refill() noexcept {
     node_cache& c = tls(tl_node_cache);  // empty: take_node found no head
     const bool cache = cache_allowed();

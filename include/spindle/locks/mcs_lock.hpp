@@ -10,7 +10,7 @@
 // whose waiters spin briefly and then sleep on their node): the queue
 // orders the waiters, and a running thread may overtake them (see there
 // why: with more threads than CPUs a strict FIFO handover waits for a
-// wake-up each time). 16 bytes: the tail and the gate word. What follows
+// wake-up each time). 16 bytes: the tail, the gate word and the holder's node index. What follows
 // is the FIFO lock, mcs_lock, and the queue both share.
 //
 // Mellor-Crummey and Scott, ACM TOCS 1991. A locker swaps its queue node
@@ -93,8 +93,7 @@ namespace detail {
 // The MCS queue itself: the tail word, lock() returning the caller's node,
 // unlock(node). No TSan annotations (the lock types around it make them).
 // basic_mcs_lock keeps the holder's node beside it; mcs_park_lock's gate
-// (detail/park_gate.hpp) releases it within its own lock(), where the node
-// is a local.
+// (detail/park_gate.hpp) keeps its 32-bit index.
 template <class Wait>
 class mcs_queue {
 public:

@@ -181,6 +181,10 @@ inline queue_node* enqueue_if_empty(std::atomic<queue_node*>& tail, queue_node* 
     return nullptr;
 }
 
+// The node whose `index` is `index` (a node this thread was handed: the
+// chunk table entry it reads was written before the node was).
+queue_node* queue_node_at(std::uint32_t index) noexcept;
+
 // For tests: nodes carved since the process started, and nodes in the pool.
 struct queue_node_stats {
     std::size_t carved;
