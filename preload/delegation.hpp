@@ -31,7 +31,10 @@
 //     relocks and moves back before the unwinding goes on;
 //   * fork() (exports.cpp, the prepare handler): own_thread, so the child is
 //     a copy of the thread that called fork(), not of a combiner running its
-//     section.
+//     section;
+//   * the common sleeping calls of libc (blocking.cpp: nanosleep, poll,
+//     read, sem_wait, pthread_join, ...), so that a section that sleeps does
+//     not put the combiner and its batch to sleep with it.
 //
 // What stays the combiner's, and is documented rather than fixed (README,
 // "LD_PRELOAD"): the program's own use of identity inside a critical section

@@ -16,6 +16,7 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -953,8 +954,10 @@ static void test_fork(void) {
  * tclock and tclock_blocking a contended section of a normal mutex may run
  * on another thread (the combiner); what the library decides by thread
  * identity must still be the caller's: recursive and errorcheck ownership,
- * rwlock writers' EDEADLK, condition variable waits, fork(). Under the other
- * locks these are plain POSIX checks under contention. */
+ * rwlock writers' EDEADLK, condition variable waits, fork(); and a section
+ * that makes a blocking call (nanosleep, poll, read) makes it on its own
+ * thread. Under the other locks these are plain POSIX checks under
+ * contention. */
 
 /* pthread_self() is declared const: called through a volatile pointer, the
  * compiler cannot reuse a value from before lock(). */
@@ -1001,6 +1004,25 @@ static void* identity_worker(void* p) {
             case 4: /* plain sections keep waiters queued: combining goes on */
                 sched_yield();
                 break;
+            case 5: { /* a sleeping call: made on our own thread (blocking.cpp) */
+                struct timespec ts = {0, 1000};
+                CHECK_EQ(nanosleep(&ts, NULL), 0);
+                CHECK(pthread_equal(g_self(), me));
+                break;
+            }
+            case 6: { /* a wait for I/O: the same */
+                int fds[2];
+                CHECK_EQ(pipe(fds), 0);
+                char c = 'x';
+                CHECK_EQ(write(fds[1], &c, 1), 1);
+                CHECK_EQ(poll(&(struct pollfd){.fd = fds[0], .events = POLLIN}, 1, -1), 1);
+                CHECK(pthread_equal(g_self(), me));
+                CHECK_EQ(read(fds[0], &c, 1), 1);
+                CHECK(pthread_equal(g_self(), me));
+                close(fds[0]);
+                close(fds[1]);
+                break;
+            }
             default: break;
         }
         CHECK_EQ(pthread_mutex_unlock(&g_sect), 0);

@@ -124,9 +124,11 @@
 //   * a thread that sleeps in any spindle::sync primitive (mutex,
 //     semaphore, condition variable, latch, barrier, event, channel, pool):
 //     their thread-parking path calls tclock_may_block() before it sleeps;
-//   * in the LD_PRELOAD library: pthread_cond_wait and friends, and every
-//     call whose result depends on the calling thread (recursive and
-//     errorcheck mutexes, rwlock writers, fork; preload/delegation.hpp).
+//   * in the LD_PRELOAD library: pthread_cond_wait and friends, every call
+//     whose result depends on the calling thread (recursive and errorcheck
+//     mutexes, rwlock writers, fork; preload/delegation.hpp), and the
+//     common sleeping calls of libc (nanosleep, poll, read, sem_wait,
+//     pthread_join...; preload/blocking.cpp).
 // Not detected: other blocking calls (a futex, read(2), another library's
 // lock); a section that sleeps in one without the call stalls the batch for
 // as long as it sleeps (the lock stays correct).
