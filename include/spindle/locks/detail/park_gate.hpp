@@ -32,14 +32,13 @@
 //     unlock, never a thundering herd), and waiters are served in their
 //     queue order among themselves.
 //   * The head that takes the gate keeps the inner FIFO lock through its
-//     critical section (queue_held) and releases it in unlock(), after the
-//     gate: the next waiter becomes the head then. So no head spins on the
-//     gate while a queued thread holds the lock, and waking a sleeping next
-//     waiter (a system call) is not done inside the critical section.
-//     (Releasing the inner lock at the end of lock() instead measured
-//     0.43-0.68x glibc on bench/locks oversubscribed with 2 written lines and
-//     200 ns outside the section; this, 0.58-0.98x; empty sections 2.6-3.7x
-//     either way.)
+//     critical section (queue_held) and releases it at the start of its
+//     unlock(), just before the gate: the next waiter becomes the head
+//     then. So no head spins on the gate while a queued thread holds the
+//     lock. (Releasing the inner lock at the end of lock() instead measured
+//     0.43-0.68x glibc on bench/locks oversubscribed with 2 written lines
+//     and 200 ns outside the section. The inner lock cannot be released
+//     *after* the gate: by then the next holder may have freed the lock.)
 //   * Bounded unfairness: a running thread may take the gate ahead of the
 //     head (that is what makes it fast), but a head that has waited for more
 //     than handoff_after_ns (1 ms) sets `handoff`. The next unlock then does
@@ -62,7 +61,7 @@
 //     handoff (4)  the head has waited > 1 ms: unlock passes the gate to it
 //     given (8)    unlock passed the gate to the head: it holds the lock
 //     queue_held (16)  the holder came through the queue and holds the
-//                  inner lock: its unlock releases it after the gate
+//                  inner lock: its unlock releases it, then the gate
 //
 //     fast lock      0 -> held                       CAS, acquire
 //     unlock         held[|sleeps|queue_held] -> 0   CAS, release (+ wake,
@@ -74,8 +73,10 @@
 //     head given     held|given -> held|queue_held   store (the head owns it)
 //
 // Only the head sets sleeps and handoff (there is one head at a time: it
-// holds the inner FIFO lock, so there is none while queue_held is set),
-// only an unlock sets given, and while given is set the gate is held, so no
+// holds the inner FIFO lock, so there is none while queue_held is set --
+// except the new one, between its predecessor's release of the queue and
+// of the gate: that unlock reads the word again in between), only an
+// unlock sets given, and while given is set the gate is held, so no
 // CAS from 0 can succeed: a plain store clears it.
 //
 // Size: 16 bytes for each: the gate word, and the queue's words -- for MCS
@@ -187,9 +188,8 @@ private:
         // Join the line. When the inner lock is ours we are the head: the
         // only waiter that competes for the gate. We keep the inner lock
         // while we hold the gate (queue_held), and let the next waiter
-        // become the head in unlock(), after the gate is free: its wake-up
-        // (a system call when it sleeps) is not made inside our critical
-        // section, and no head spins on the gate while we hold it.
+        // become the head in unlock(): no head spins on the gate while we
+        // hold it.
         if constexpr (std::is_void_v<decltype(queue_.lock())>) {
             queue_.lock();
             await_gate();
@@ -254,22 +254,31 @@ private:
     }
 
     SPINDLE_COLD void unlock_slow(std::uint32_t w) noexcept {
-        // Our lock() came through the queue: we release it after the gate.
-        // Read our node first: once the gate is free, the next holder
-        // writes holder_.
-        queue_node* n = nullptr;
-        if constexpr (has_token) {
-            if (w & queue_held) n = queue_node_at(holder_.load(std::memory_order_relaxed));  // relaxed: ours
+        if (w & queue_held) {
+            // Our lock() came through the queue: let the next waiter become
+            // the head now, *before* the gate is free. After the release of
+            // the gate this lock's memory may be gone: the next holder may
+            // take it, release it and free it (a pthread_mutex_t is freed by
+            // whoever holds it last), so nothing here touches the queue, or
+            // reads the word, after the release below; only a futex wake may
+            // name the word, and a wake on reused memory is a spurious one.
+            if constexpr (has_token) {
+                queue_.unlock(queue_node_at(holder_.load(std::memory_order_relaxed)));  // relaxed: ours
+            } else {
+                queue_.unlock();
+            }
+            // The new head may have set sleeps (or, after 1 ms, handoff)
+            // since: look again. relaxed: the CAS below acts on it.
+            w = word_.load(std::memory_order_relaxed);
         }
         for (;;) {
             if (SPINDLE_DEBUG_CHECKS && (w & held) == 0) misuse();
             if (w & handoff) {
-                // (word): held|handoff[|sleeps] -> held|given. release pairs
-                // with the head's acquire load of held|given: our section
-                // happens before its. The head may not be asleep yet (it set
-                // handoff, then sleeps on that value): the wake, or the
-                // changed word, gets it either way. (A head exists only
-                // when we did not come through the queue: no queue_held.)
+                // (word): held|handoff[|sleeps|queue_held] -> held|given.
+                // release pairs with the head's acquire load of held|given:
+                // our section happens before its. The head may not be asleep
+                // yet (it set handoff, then sleeps on that value): the wake,
+                // or the changed word, gets it either way.
                 if (word_.compare_exchange_weak(w, held | given, std::memory_order_release,
                                                 std::memory_order_relaxed)) {
                     park_gate_handoffs.fetch_add(1, std::memory_order_relaxed);
@@ -281,11 +290,6 @@ private:
                 // unlock().
                 if (word_.compare_exchange_weak(w, 0, std::memory_order_release, std::memory_order_relaxed)) {
                     if (w & sleeps) futex_wake(&word_, 1);
-                    if (w & queue_held) {
-                        // The next waiter becomes the head.
-                        if constexpr (has_token) queue_.unlock(n);
-                        else queue_.unlock();
-                    }
                     return;
                 }
             }
