@@ -17,7 +17,17 @@
 //                  sem_wait, sem_timedwait, sem_clockwait, pthread_join,
 //                  waitpid, sigwait, sigtimedwait, sigwaitinfo
 //     I/O          read, readv, recv, recvfrom, recvmsg, accept, accept4,
-//                  connect
+//                  connect, and the _FORTIFY_SOURCE entry points __read_chk,
+//                  __recv_chk, __recvfrom_chk, __poll_chk, __ppoll_chk
+//
+// Signal handlers. These functions are async-signal-safe, and a handler may
+// call them. glibc's functions are looked up in the library's constructor,
+// so a handler does not reach dlsym (unless it runs before the
+// constructor). But a handler that interrupts a delegated section on the
+// combiner's thread, and calls one of them, moves the section -- with the
+// handler's frame on it -- back to the waiting thread: the signal then stays
+// blocked on the combiner's thread. Under SPINDLE_LOCK=tclock*, a handler
+// that may interrupt a critical section should not call them.
 //
 // Calls glibc makes to these from inside itself (fread -> read) do not come
 // through here (they bind inside libc), nor do raw system calls: such a
@@ -103,3 +113,35 @@ SPINDLE_PRELOAD_BLOCKING(int, accept4, (int fd, struct sockaddr* a, socklen_t* l
                          "GLIBC_2.10")
 SPINDLE_PRELOAD_BLOCKING(int, connect, (int fd, const struct sockaddr* a, socklen_t l), (fd, a, l),
                          "GLIBC_2.2.5")
+
+// _FORTIFY_SOURCE: what a program built with it calls instead.
+extern "C" {
+ssize_t __read_chk(int fd, void* b, size_t n, size_t buflen);
+ssize_t __recv_chk(int fd, void* b, size_t n, size_t buflen, int f);
+ssize_t __recvfrom_chk(int fd, void* b, size_t n, size_t buflen, int f, struct sockaddr* a, socklen_t* l);
+int __poll_chk(struct pollfd* f, nfds_t n, int ms, size_t flen);
+int __ppoll_chk(struct pollfd* f, nfds_t n, const struct timespec* t, const sigset_t* s, size_t flen);
+}
+SPINDLE_PRELOAD_BLOCKING(ssize_t, __read_chk, (int fd, void* b, size_t n, size_t bl), (fd, b, n, bl), "GLIBC_2.4")
+SPINDLE_PRELOAD_BLOCKING(ssize_t, __recv_chk, (int fd, void* b, size_t n, size_t bl, int f), (fd, b, n, bl, f),
+                         "GLIBC_2.4")
+SPINDLE_PRELOAD_BLOCKING(ssize_t, __recvfrom_chk,
+                         (int fd, void* b, size_t n, size_t bl, int f, struct sockaddr* a, socklen_t* l),
+                         (fd, b, n, bl, f, a, l), "GLIBC_2.4")
+SPINDLE_PRELOAD_BLOCKING(int, __poll_chk, (struct pollfd* f, nfds_t n, int ms, size_t fl), (f, n, ms, fl),
+                         "GLIBC_2.16")
+SPINDLE_PRELOAD_BLOCKING(int, __ppoll_chk, (struct pollfd* f, nfds_t n, ts_t* t, const sigset_t* s, size_t fl),
+                         (f, n, t, s, fl), "GLIBC_2.16")
+SPINDLE_PRELOAD_BLOCKING_OLDER(clock_nanosleep, "GLIBC_2.2.5")
+
+namespace {
+
+// Look glibc's functions up now, at load time, rather than on first use:
+// a signal handler's first read() or waitpid() then finds them resolved.
+__attribute__((constructor)) void resolve_blocking_calls() noexcept {
+    for (unsigned f = static_cast<unsigned>(real_fn::nanosleep); f < static_cast<unsigned>(real_fn::count); ++f)
+        if (spindle::preload::g_real_addresses[f].load(std::memory_order_relaxed) == nullptr)
+            (void)spindle::preload::resolve_real(static_cast<real_fn>(f));
+}
+
+}  // namespace

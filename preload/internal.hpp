@@ -192,7 +192,7 @@ enum class real_fn : unsigned {
     old_cond_timedwait,
     pthread_create, thrd_create, register_atfork,
     // blocking.cpp: named as the functions themselves
-    nanosleep, clock_nanosleep, usleep, sleep, pause, poll, ppoll, select, pselect, epoll_wait, epoll_pwait, sem_wait, sem_timedwait, sem_clockwait, pthread_join, waitpid, sigwait, sigtimedwait, sigwaitinfo, read, readv, recv, recvfrom, recvmsg, accept, accept4, connect,
+    nanosleep, clock_nanosleep, usleep, sleep, pause, poll, ppoll, select, pselect, epoll_wait, epoll_pwait, sem_wait, sem_timedwait, sem_clockwait, pthread_join, waitpid, sigwait, sigtimedwait, sigwaitinfo, read, readv, recv, recvfrom, recvmsg, accept, accept4, connect, __read_chk, __recv_chk, __recvfrom_chk, __poll_chk, __ppoll_chk,
     count
 };
 

@@ -104,6 +104,11 @@ constexpr symbol symbols[] = {
     {"accept", nullptr},
     {"accept4", nullptr},
     {"connect", nullptr},
+    {"__read_chk", nullptr},
+    {"__recv_chk", nullptr},
+    {"__recvfrom_chk", nullptr},
+    {"__poll_chk", nullptr},
+    {"__ppoll_chk", nullptr},
 };
 static_assert(sizeof symbols / sizeof symbols[0] == static_cast<unsigned>(real_fn::count));
 

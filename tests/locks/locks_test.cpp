@@ -432,7 +432,15 @@ TYPED_TEST(LockTest, LastHolderMayFreeTheLock) {
         GTEST_SKIP() << TypeParam::name << " may touch the lock after the next holder has it";
     } else {
         constexpr int kThreads = 4;
-        for (int round = 0; round < 300; ++round) {
+        // Two busy threads make preemption inside unlock() likely (the
+        // window in which a late access would happen).
+        std::atomic<bool> stop{false};
+        std::vector<std::thread> busy;
+        for (int b = 0; b < 2; ++b)
+            busy.emplace_back([&] {
+                while (!stop.load(std::memory_order_relaxed)) spindle::arch::cpu_relax();
+            });
+        for (int round = 0; round < 500; ++round) {
             struct object {
                 TypeParam lock;
                 int refs = kThreads;
@@ -451,6 +459,8 @@ TYPED_TEST(LockTest, LastHolderMayFreeTheLock) {
                 });
             for (auto& t : ts) t.join();
         }
+        stop.store(true);
+        for (auto& b : busy) b.join();
     }
 }
 

@@ -11,7 +11,7 @@
 // orders the waiters, and a running thread may overtake them (see there
 // why: with more threads than CPUs a strict FIFO handover waits for a
 // wake-up each time). 16 bytes: the tail, the gate word and the holder's node index. What follows
-// is the FIFO lock, mcs_lock, and the queue both share.
+// is the FIFO lock, clh_lock, and the queue both share.
 //
 // Craig 1993; Magnusson, Landin and Hagersten, IPPS 1994. A locker marks its
 // node "waiting", swaps it into the lock's tail and spins on its

@@ -129,9 +129,15 @@
 //     mutexes, rwlock writers, fork; preload/delegation.hpp), and the
 //     common sleeping calls of libc (nanosleep, poll, read, sem_wait,
 //     pthread_join...; preload/blocking.cpp).
-// Not detected: other blocking calls (a futex, read(2), another library's
-// lock); a section that sleeps in one without the call stalls the batch for
-// as long as it sleeps (the lock stays correct).
+// Not detected: other blocking calls (a raw futex or system call, another
+// library's lock, and outside the preload library any libc call); a section
+// that sleeps in one without the call stalls the batch for as long as it
+// sleeps (the lock stays correct). A section moved back, by the call or by
+// the detection, keeps what it holds: a lock that records its owner's
+// thread (a recursive or errorcheck pthread mutex, flockfile, spindle::mutex
+// in debug builds) taken inside the delegated part names the combiner and is
+// then released from the waiter's thread -- take such locks after
+// tclock_may_block(), or outside the tclock's section.
 //
 // Nesting and out-of-order release (§4.1). A delegated section may take
 // another tclock. If that lock is contended, the *combiner's* thread queues
