@@ -127,17 +127,24 @@ public:
     // The tail CAS of a try_lock: only on an empty queue. Null if it was not.
     queue_node* try_lock() noexcept { return enqueue_if_empty(tail_, &fresh_node); }
 
-    void unlock(queue_node* n) noexcept {
+    void unlock(queue_node* n) noexcept { wake_node(unlock_deferred(n)); }
+
+    // unlock(n), but the wake of a sleeping successor (park variant) is left
+    // to the caller: it returns the node to wake_node(), or null
+    // (park_gate.hpp wakes it after releasing its gate).
+    queue_node* unlock_deferred(queue_node* n) noexcept {
         queue_node* expected = n;
         // (tail): n -> 0 when nobody queued behind n. release pairs with the
         // acquire swap/CAS of the next locker, who finds the lock free.
         if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
                                           std::memory_order_relaxed)) [[likely]] {
             give_node(n);  // nobody saw n: it stays ours
-        } else {
-            // A successor watches n: let it in. n is its now.
-            grant_node<Wait>(n);
+            return nullptr;
         }
+        // A successor watches n: let it in. n is its now.
+        if constexpr (Wait::parks) return grant_node_deferred(n);
+        grant_node<Wait>(n);
+        return nullptr;
     }
 
 private:

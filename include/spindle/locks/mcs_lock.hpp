@@ -121,7 +121,12 @@ public:
     // The tail CAS of a try_lock: only on an empty queue. Null if it was not.
     queue_node* try_lock() noexcept { return enqueue_if_empty(tail_, &fresh_node); }
 
-    void unlock(queue_node* n) noexcept {
+    void unlock(queue_node* n) noexcept { wake_node(unlock_deferred(n)); }
+
+    // unlock(n), but the wake of a sleeping successor (park variant) is left
+    // to the caller: it returns that successor's node for wake_node(), or
+    // null (park_gate.hpp wakes it after releasing its gate).
+    queue_node* unlock_deferred(queue_node* n) noexcept {
         // acquire pairs with the successor's release store of the link: its
         // node's fields are set before we write its state.
         queue_node* succ = n->next.load(std::memory_order_acquire);
@@ -132,14 +137,17 @@ public:
             if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
                                               std::memory_order_relaxed)) [[likely]] {
                 give_node(n);
-                return;
+                return nullptr;
             }
             succ = await_link(n);
         }
-        grant_node<Wait>(succ);
+        queue_node* to_wake = nullptr;
+        if constexpr (Wait::parks) to_wake = grant_node_deferred(succ);
+        else grant_node<Wait>(succ);
         // Nobody reads n any more: the successor wrote n->next and spins on
         // its own node.
         give_node(n);
+        return to_wake;
     }
 
 private:

@@ -35,7 +35,9 @@
 //     critical section (queue_held) and releases it at the start of its
 //     unlock(), just before the gate: the next waiter becomes the head
 //     then. So no head spins on the gate while a queued thread holds the
-//     lock. (Releasing the inner lock at the end of lock() instead measured
+//     lock. With MCS and CLH the wake-up of that next waiter, if it sleeps
+//     (a system call), is made after the gate's release: queue nodes are
+//     never unmapped, so a late wake is safe (unlock_deferred, wake_node). (Releasing the inner lock at the end of lock() instead measured
 //     0.43-0.68x glibc on bench/locks oversubscribed with 2 written lines
 //     and 200 ns outside the section. The inner lock cannot be released
 //     *after* the gate: by then the next holder may have freed the lock.)
@@ -256,6 +258,8 @@ private:
     }
 
     SPINDLE_COLD void unlock_slow(std::uint32_t w) noexcept SPINDLE_NO_TSA {
+        // A queue waiter to wake once the gate is free (MCS, CLH): its node.
+        queue_node* to_wake = nullptr;
         if (w & queue_held) {
             // Our lock() came through the queue: let the next waiter become
             // the head now, *before* the gate is free. After the release of
@@ -264,8 +268,15 @@ private:
             // whoever holds it last), so nothing here touches the queue, or
             // reads the word, after the release below; only a futex wake may
             // name the word, and a wake on reused memory is a spurious one.
+            // The wake-up of a sleeping next waiter, a system call, is made
+            // after the gate's release where the queue allows it (its nodes
+            // are never unmapped).
             if constexpr (has_token) {
-                queue_.unlock(queue_node_at(holder_.load(std::memory_order_relaxed)));  // relaxed: ours
+                queue_node* n = queue_node_at(holder_.load(std::memory_order_relaxed));  // relaxed: ours
+                if constexpr (requires { queue_.unlock_deferred(n); })
+                    to_wake = queue_.unlock_deferred(n);
+                else
+                    queue_.unlock(n);
             } else {
                 queue_.unlock();
             }
@@ -285,6 +296,7 @@ private:
                                                 std::memory_order_relaxed)) {
                     park_gate_handoffs.fetch_add(1, std::memory_order_relaxed);
                     futex_wake(&word_, 1);
+                    if (to_wake != nullptr) wake_node(to_wake);
                     return;
                 }
             } else {
@@ -292,6 +304,7 @@ private:
                 // unlock().
                 if (word_.compare_exchange_weak(w, 0, std::memory_order_release, std::memory_order_relaxed)) {
                     if (w & sleeps) futex_wake(&word_, 1);
+                    if (to_wake != nullptr) wake_node(to_wake);
                     return;
                 }
             }

@@ -166,6 +166,19 @@ void grant_node(queue_node* n) noexcept {
     }
 }
 
+// The same without the wake: returns the node whose watcher sleeps (null if
+// none), for the caller to wake_node() later -- a park twin's gate does it
+// after it has released the lock, outside the critical path. Nodes are
+// never unmapped, so the late wake is safe (a spurious one if the node was
+// reused meanwhile).
+inline queue_node* grant_node_deferred(queue_node* n) noexcept {
+    // release: as in grant_node.
+    return n->state.exchange(node_granted, std::memory_order_release) == node_sleeping ? n : nullptr;
+}
+inline void wake_node(queue_node* n) noexcept {
+    if (n != nullptr) futex_wake(&n->state, 1);
+}
+
 // try_lock of a node queue: `fresh` (a node the caller prepared) becomes
 // the tail if the queue is empty; otherwise it goes back to the cache and
 // the result is null.
