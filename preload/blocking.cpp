@@ -140,6 +140,8 @@ namespace {
 // a signal handler's first read() or waitpid() then finds them resolved.
 __attribute__((constructor)) void resolve_blocking_calls() noexcept {
     for (unsigned f = static_cast<unsigned>(real_fn::nanosleep); f < static_cast<unsigned>(real_fn::count); ++f)
+        // relaxed: only skips a lookup already made (resolve_real stores
+        // with release; real() reads with acquire).
         if (spindle::preload::g_real_addresses[f].load(std::memory_order_relaxed) == nullptr)
             (void)spindle::preload::resolve_real(static_cast<real_fn>(f));
 }

@@ -142,9 +142,7 @@ public:
             return nullptr;
         }
         // A successor watches n: let it in. n is its now.
-        if constexpr (Wait::parks) return grant_node_deferred(n);
-        grant_node<Wait>(n);
-        return nullptr;
+        return grant_node<Wait>(n);
     }
 
 private:

@@ -141,9 +141,7 @@ public:
             }
             succ = await_link(n);
         }
-        queue_node* to_wake = nullptr;
-        if constexpr (Wait::parks) to_wake = grant_node_deferred(succ);
-        else grant_node<Wait>(succ);
+        queue_node* to_wake = grant_node<Wait>(succ);
         // Nobody reads n any more: the successor wrote n->next and spins on
         // its own node.
         give_node(n);

@@ -153,27 +153,20 @@ SPINDLE_COLD void await_granted(queue_node* watched) noexcept {
 }
 
 // (n->state): waiting|sleeping -> granted: let n's watcher in. release
-// pairs with the watcher's acquire loads in await_granted(). The park
-// variant's wake names only the address: by then the watcher may have run
-// on and recycled the node (nodes are never unmapped; a stray wake is a
-// spurious one).
+// pairs with the watcher's acquire loads in await_granted(). Park variant:
+// returns n if its watcher sleeps, for the caller to wake_node() -- a park
+// twin's gate does it after releasing the lock, outside the critical path
+// -- and null otherwise (the spin variant always). The wake names only the
+// address: by then the watcher may have run on and recycled the node
+// (nodes are never unmapped; a stray wake is a spurious one).
 template <class Wait>
-void grant_node(queue_node* n) noexcept {
+[[nodiscard]] queue_node* grant_node(queue_node* n) noexcept {
     if constexpr (!Wait::parks) {
         n->state.store(node_granted, std::memory_order_release);
+        return nullptr;
     } else {
-        if (n->state.exchange(node_granted, std::memory_order_release) == node_sleeping) futex_wake(&n->state, 1);
+        return n->state.exchange(node_granted, std::memory_order_release) == node_sleeping ? n : nullptr;
     }
-}
-
-// The same without the wake: returns the node whose watcher sleeps (null if
-// none), for the caller to wake_node() later -- a park twin's gate does it
-// after it has released the lock, outside the critical path. Nodes are
-// never unmapped, so the late wake is safe (a spurious one if the node was
-// reused meanwhile).
-inline queue_node* grant_node_deferred(queue_node* n) noexcept {
-    // release: as in grant_node.
-    return n->state.exchange(node_granted, std::memory_order_release) == node_sleeping ? n : nullptr;
 }
 inline void wake_node(queue_node* n) noexcept {
     if (n != nullptr) futex_wake(&n->state, 1);
