@@ -37,6 +37,7 @@
 #include <spindle/locks/tclock_shared.hpp>
 
 #include <spindle/arch/context.hpp>
+#include <spindle/locks/detail/park_gate.hpp>  // park_gate_handoff_after_ns, park_gate_now_ns
 
 #include <linux/futex.h>
 #include <pthread.h>
@@ -180,6 +181,7 @@ std::uintptr_t align_down(std::uintptr_t v, std::uintptr_t a) noexcept { return 
 // Rare events, for tests (relaxed: counts, not synchronization).
 std::atomic<std::uint64_t> g_ooo_finishes{0};
 std::atomic<std::uint64_t> g_handbacks{0};
+std::atomic<std::uint64_t> g_handoffs{0};
 
 // A thread's ephemeral stack: one private anonymous mapping, the lowest page
 // PROT_NONE (the guard), the rest usable; mapped on the thread's first
@@ -366,6 +368,44 @@ SPINDLE_ALWAYS_INLINE void switch_from(arch::context* from, arch::context* to, b
 // ---------------------------------------------------------------------------
 // 2. Gates
 
+// Bounded overtaking (tclock, tclock_blocking). The fast path lets a running
+// thread take a free gate ahead of the queue head, which is what keeps the
+// lock fast when the head is not running. But it is unbounded: three threads
+// that relock back to back (and yield while holding) kept the head of a
+// TCLock-SP out for 10 seconds on 2 CPUs. So, as in park_gate.hpp (and
+// Linux's mutex, parking_lot): a head that has waited park_gate_handoff_after_ns
+// (1 ms) sets `handoff` on the held gate. That closes the fast path (it CASes
+// from 0 only), and the release sees it and passes the gate to the head
+// still held (locked|given); the head takes it with a CAS, because a thread
+// with no ephemeral stack waits here too and two may see `given`.
+//
+//     head asks       (state)  locked[|sleeper] -> +handoff          CAS, relaxed
+//     release, asked  (state)  locked|handoff[|sleeper] -> locked|given  CAS, release
+//     head takes it   (state)  locked|given -> locked                CAS, acquire
+//
+// The inline unlocks release only an exact `locked` (tclock_blocking: plus
+// `sleeper`); a handoff bit set between their load and their store is lost
+// and set again by the head at its next look: a lost request, never a lost
+// lock or wake-up. Only waiters set it, and a combiner holds the gate as the
+// queue head, so while combining only a stack-less waiter could set it, and
+// begin/end_combining's stores drop it then (the next release is the
+// combiner's own, after its batch).
+
+// The head's request for the gate, once it has waited long enough.
+// `since`: when it started waiting (0: not yet).
+inline void ask_handoff(tc_word* w, std::uint32_t s, std::int64_t& since) noexcept {
+    if (since == 0) {
+        since = park_gate_now_ns();
+        return;
+    }
+    if ((s & tc_handoff) != 0 ||
+        park_gate_now_ns() - since <= park_gate_handoff_after_ns.load(std::memory_order_relaxed))
+        return;
+    // (state): s -> s|handoff. relaxed: a request; the release CAS that
+    // answers it is what orders the sections.
+    (void)w->state.compare_exchange_strong(s, s | tc_handoff, std::memory_order_relaxed, std::memory_order_relaxed);
+}
+
 struct gate_spin {
     static constexpr tc_kind kind = tc_kind::spin;
     static constexpr bool parks = false;
@@ -378,21 +418,52 @@ struct gate_spin {
         // (state): 0 -> locked. Acquire pairs with the release that freed it.
         return w->state.compare_exchange_strong(e, tc_locked, std::memory_order_acquire, std::memory_order_relaxed);
     }
+    // (state): locked|given -> locked. Acquire pairs with release()'s CAS
+    // that passed the gate on.
+    static bool take_given(tc_word* w) noexcept {
+        std::uint32_t e = tc_locked | tc_given;
+        return w->state.compare_exchange_strong(e, tc_locked, std::memory_order_acquire, std::memory_order_relaxed);
+    }
     // The queue head (or a thread without an ephemeral stack) takes the gate.
     static void acquire_head(tc_word* w) noexcept {
         unsigned spins = 0;
+        std::int64_t since = 0;
         for (;;) {
             // Relaxed read: only a hint before the CAS, which synchronizes.
-            if (w->state.load(std::memory_order_relaxed) == 0 && try_take(w)) return;
+            const std::uint32_t s = w->state.load(std::memory_order_relaxed);
+            if (s == 0) {
+                if (try_take(w)) return;
+            } else if ((s & tc_given) != 0) {
+                if (take_given(w)) return;
+            } else if (spins >= 128) {
+                ask_handoff(w, s, since);  // in the yielding phase: a clock read per yield
+            }
             wait_step(spins);
         }
     }
-    static void release(tc_word* w) noexcept { w->state.store(0, std::memory_order_release); }
+    // (state): held -> 0, or -> locked|given if the head asked (see above).
+    // Release pairs with the CAS of the next taker (fast path, try_take or
+    // take_given).
+    static void release(tc_word* w) noexcept {
+        std::uint32_t s = w->state.load(std::memory_order_relaxed);
+        for (;;) {
+            const std::uint32_t to = (s & tc_handoff) != 0 ? (tc_locked | tc_given) : 0;
+            if (w->state.compare_exchange_weak(s, to, std::memory_order_release, std::memory_order_relaxed)) {
+                if (to != 0) g_handoffs.fetch_add(1, std::memory_order_relaxed);
+                // Every sleeper (tclock_blocking): the head, and a stack-less
+                // waiter if one sleeps too; the one that finds the gate its
+                // own takes it, the others sleep again.
+                if ((s & tc_sleeper) != 0) raw_futex_wake(&w->state, INT_MAX);
+                return;
+            }
+        }
+    }
     // (state): locked -> combining -> locked. Plain stores by the holder:
-    // nobody else writes a held state (failed CASes do not write). Relaxed:
-    // the only readers that act on it are the sections we run, which we
-    // switch to after the store (the switch orders it), or threads that reach
-    // them through the queue's acquire/release chain.
+    // nobody else writes a held state but a waiter's handoff request (see
+    // above; dropped here). Relaxed: the only readers that act on it are the
+    // sections we run, which we switch to after the store (the switch orders
+    // it), or threads that reach them through the queue's acquire/release
+    // chain.
     static void begin_combining(tc_word* w) noexcept { w->state.store(tc_combining, std::memory_order_relaxed); }
     static void end_combining(tc_word* w) noexcept { w->state.store(tc_locked, std::memory_order_relaxed); }
     // The ooo bit is set by the section (on whatever thread runs it) and read
@@ -411,18 +482,23 @@ struct gate_blocking : gate_spin {
     static constexpr bool parks = true;
     [[maybe_unused]] static constexpr const char* name = "tclock_blocking";
 
-    // Sleeper protocol: the head spins, then sets `sleeper` with a CAS on the
-    // value it saw and sleeps on that value. The holder's release exchanges
-    // state to 0 and wakes if the bit was set. Either the release comes
-    // before the CAS (the CAS fails, the head sees 0) or after it (the
-    // release sees the bit): no lost wake-up. Only the head sets the bit, and
-    // a combiner is the head, so combining states never carry it.
+    // Sleeper protocol: the head spins, then sets `sleeper` (and, after
+    // 1 ms, `handoff`) with a CAS on the value it saw and sleeps on the new
+    // value. The holder's release changes the state (to 0 or locked|given)
+    // and wakes if `sleeper` was set. Either the release comes before the
+    // CAS (the CAS fails, the head sees the new state) or after it (the
+    // release sees the bit): no lost wake-up.
     static void acquire_head(tc_word* w) noexcept {
         unsigned spins = 0;
+        std::int64_t since = 0;
         for (;;) {
             std::uint32_t s = w->state.load(std::memory_order_relaxed);
             if (s == 0) {
                 if (try_take(w)) return;
+                continue;
+            }
+            if ((s & tc_given) != 0) {
+                if (take_given(w)) return;
                 continue;
             }
             if (spins < head_park_after) {
@@ -430,15 +506,17 @@ struct gate_blocking : gate_spin {
                 if (spins < 128) arch::cpu_relax(); else raw_yield();
                 continue;
             }
-            if ((s & tc_sleeper) == 0 &&
-                !w->state.compare_exchange_weak(s, s | tc_sleeper, std::memory_order_relaxed,
-                                                std::memory_order_relaxed))
+            std::uint32_t want = s | tc_sleeper;
+            if (since != 0 && (s & tc_handoff) == 0 &&
+                park_gate_now_ns() - since > park_gate_handoff_after_ns.load(std::memory_order_relaxed))
+                want |= tc_handoff;
+            // (state): s -> want. relaxed: see ask_handoff().
+            if (want != s &&
+                !w->state.compare_exchange_weak(s, want, std::memory_order_relaxed, std::memory_order_relaxed))
                 continue;
-            raw_futex_wait(&w->state, s | tc_sleeper);
+            if (since == 0) since = park_gate_now_ns();
+            raw_futex_wait(&w->state, want);
         }
-    }
-    static void release(tc_word* w) noexcept {
-        if (w->state.exchange(0, std::memory_order_release) & tc_sleeper) raw_futex_wake(&w->state, 1);
     }
 };
 
@@ -797,8 +875,11 @@ void tc_unlock_slow(tc_word* w, tc_kind kind) noexcept {
     with_gate(kind, [&](auto g) { core<decltype(g)>::unlock_slow(w); });
 }
 
-void tc_wake_sleepers(tc_word* w, tc_kind kind) noexcept {
-    raw_futex_wake(&w->state, kind == tc_kind::shared ? INT_MAX : 1);
+void tc_wake_sleepers(tc_word* w, tc_kind) noexcept {
+    // All of them: readers (tclock_shared); the head and, rarely, a
+    // stack-less waiter (tclock_blocking) -- a wake of one could leave the
+    // other asleep with the bit gone. The cost is the same with one sleeper.
+    raw_futex_wake(&w->state, INT_MAX);
 }
 
 // ---------------------------------------------------------------------------
@@ -833,7 +914,8 @@ void tc_lock_shared_slow(tc_word* w) noexcept {
 const void* tc_tail(const tc_word* w) noexcept { return w->tail.load(std::memory_order_acquire); }
 
 tc_counters tc_read_counters() noexcept {
-    return {g_ooo_finishes.load(std::memory_order_relaxed), g_handbacks.load(std::memory_order_relaxed)};
+    return {g_ooo_finishes.load(std::memory_order_relaxed), g_handbacks.load(std::memory_order_relaxed),
+            g_handoffs.load(std::memory_order_relaxed)};
 }
 
 void tc_misuse(const void* lock, const char* type, const char* what) noexcept {

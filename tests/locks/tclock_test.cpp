@@ -38,6 +38,7 @@
 #include <unistd.h>
 
 #include <spindle/arch/context.hpp>
+#include <spindle/locks/detail/park_gate.hpp>
 #include <spindle/locks/tclock.hpp>
 #include <spindle/locks/tclock_shared.hpp>
 #include <spindle/sync/counting_semaphore.hpp>
@@ -156,6 +157,85 @@ TYPED_TEST(TClockTyped, MutualExclusionOversubscribed) {
     ::testing::Test::RecordProperty("delegated_sections", static_cast<int>(delegated.load()));
     std::printf("    %llu of %d sections delegated\n", static_cast<unsigned long long>(delegated.load()),
                 stress_threads * stress_iters);
+}
+
+// The fast path lets a running thread overtake the queue, but a queued
+// waiter must still get in. Three threads relock the lock back to back and
+// give their CPU away while they hold it (so the queue head, on an
+// oversubscribed machine, rarely runs at the instant the gate is free), while
+// the main thread needs the lock a few times. Without a bound on overtaking
+// the head could wait for seconds (it did: 10 s on 2 CPUs); the head that has
+// waited 1 ms is now handed the gate. The test would hang, not fail, if a
+// waiter starved; there is no time limit in it.
+TYPED_TEST(TClockTyped, BargingDoesNotStarveAQueuedWaiter) {
+    TypeParam m;
+    std::atomic<bool> stop{false};
+    std::atomic<long> relocks{0};
+    long counter = 0;  // written under the lock
+    std::vector<std::thread> hogs;
+    for (int h = 0; h < 3; ++h)
+        hogs.emplace_back([&] {
+            while (!stop.load(std::memory_order_relaxed)) {
+                m.lock();
+                ++counter;
+                std::this_thread::yield();
+                m.unlock();
+                relocks.fetch_add(1, std::memory_order_relaxed);
+            }
+        });
+    while (relocks.load(std::memory_order_relaxed) < 1000) std::this_thread::yield();
+    for (int i = 0; i < 20; ++i) {
+        m.lock();
+        ++counter;
+        m.unlock();
+    }
+    stop.store(true);
+    for (auto& h : hogs) h.join();
+    EXPECT_EQ(counter, relocks.load() + 20);
+}
+
+// The handoff itself, step by step (the delay set to 0, so the head asks at
+// its first chance): the main thread holds the lock; a waiter becomes the
+// queue head and asks for the gate (`handoff` shows in the state; the
+// sleeping head of tclock_blocking asks after one spurious FUTEX_WAKE). The
+// next release must pass the gate to it, so the main thread's immediate
+// relock cannot overtake it: when that relock returns, the waiter has run.
+template <class L>
+class TClockHandoff : public ::testing::Test {};
+using exclusive_types = ::testing::Types<tclock, tclock_blocking>;
+TYPED_TEST_SUITE(TClockHandoff, exclusive_types);
+
+TYPED_TEST(TClockHandoff, ReleaseHandsTheGateToAHeadThatAsked) {
+    namespace d = spindle::detail;
+    struct restore {
+        std::int64_t old = d::park_gate_handoff_after_ns.load();
+        ~restore() { d::park_gate_handoff_after_ns.store(old); }
+    } r;
+    d::park_gate_handoff_after_ns.store(0);
+    TypeParam m;
+    auto& state = reinterpret_cast<d::tc_word*>(&m)->state;
+    const std::uint64_t before = d::tc_read_counters().handoffs;
+    std::vector<int> order;  // written under the lock
+    m.lock();
+    std::thread waiter([&] {
+        m.lock();
+        order.push_back(1);
+        m.unlock();
+    });
+    for (;;) {
+        const std::uint32_t s = state.load();
+        if (s & d::tc_handoff) break;
+        // A sleeping head asks only when it wakes and finds the gate held.
+        if (s & d::tc_sleeper) ::syscall(SYS_futex, &state, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+        std::this_thread::yield();
+    }
+    m.unlock();  // passes the gate to the waiter
+    m.lock();    // queues behind it
+    order.push_back(0);
+    m.unlock();
+    waiter.join();
+    EXPECT_EQ(order, (std::vector<int>{1, 0}));
+    EXPECT_EQ(d::tc_read_counters().handoffs, before + 1);
 }
 
 TYPED_TEST(TClockTyped, TryLockMixedWithLock) {

@@ -1341,19 +1341,31 @@ int main(int argc, char** argv) {
     if (strcmp(mode, "bad-env") == 0) return bad_env();
     if (strcmp(mode, "stats") == 0) return stats();
 
-    test_mutex_kinds();
-    test_glibc_kinds();
-    test_timed();
-    test_cond();
-    test_rwlock();
-    test_spin();
-    test_process_shared();
-    test_fork();
-    test_stress();
-    test_identity();
-    test_cond_many();
-    test_read_again();
-    test_fork_in_section();
+    /* Each part's wall time goes to stderr: a part that runs long on a
+     * loaded machine shows up in the log (nothing here checks a time). */
+#define PART(f)                                                                                  \
+    do {                                                                                         \
+        struct timespec t0_, t1_;                                                                \
+        clock_gettime(CLOCK_MONOTONIC, &t0_);                                                    \
+        f();                                                                                     \
+        clock_gettime(CLOCK_MONOTONIC, &t1_);                                                    \
+        fprintf(stderr, "preload_prog [%s]: %-22s %8.1f ms\n", g_lock, #f,                      \
+                (double)(t1_.tv_sec - t0_.tv_sec) * 1e3 + (double)(t1_.tv_nsec - t0_.tv_nsec) / 1e6); \
+    } while (0)
+    PART(test_mutex_kinds);
+    PART(test_glibc_kinds);
+    PART(test_timed);
+    PART(test_cond);
+    PART(test_rwlock);
+    PART(test_spin);
+    PART(test_process_shared);
+    PART(test_fork);
+    PART(test_stress);
+    PART(test_identity);
+    PART(test_cond_many);
+    PART(test_read_again);
+    PART(test_fork_in_section);
+#undef PART
     printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
            g_iters);
     return 0;

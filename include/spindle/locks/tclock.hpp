@@ -45,18 +45,24 @@
 //
 //     state: 0 free | 1 locked | 2 combining | +4 released out of order
 //            | +8 (tclock_blocking) the queue head sleeps on `state`
+//            | +16 handoff: the head has waited 1 ms | +32 given to it
 //     tail:  last queued waiter, or null
 //
 //     fast lock       (state)    0 -> 1                    CAS, acquire
 //     fast unlock     (state)    1 -> 0                    store, release
 //     head takes      (state)    0 -> 1                    CAS, acquire
+//     head asks       (state)    1 -> 1|16                 CAS (after 1 ms)
+//     release, asked  (state)    1|16 -> 1|32              CAS, release
+//     head takes it   (state)    1|32 -> 1                 CAS, acquire
 //     combining       (state)    1 -> 2 -> 1               plain stores by the holder
 //     combined unlock (state)    2 stays 2: switch back to the combiner
 //
 // Size 16 bytes, all-zero = unlocked, constexpr constructor, no destructor.
-// Not fair: the fast path may overtake queued waiters; the queue itself is
-// FIFO and a combiner runs at most tclock_batch_limit sections before it
-// passes the role on. Use spindle::mutex for fibers, and hemlock or mcs when
+// Not strictly fair: the fast path may overtake queued waiters, but only for
+// 1 ms: a queue head that has waited that long closes the fast path and is
+// handed the gate at the next release (tclock.cpp, "Bounded overtaking").
+// The queue itself is FIFO and a combiner runs at most tclock_batch_limit
+// sections before it passes the role on. Use spindle::mutex for fibers, and hemlock or mcs when
 // critical sections need their own thread (see "What a delegated critical
 // section observes").
 //
@@ -201,8 +207,10 @@ public:
     }
 
     void unlock() noexcept SPINDLE_RELEASE() {
-        // Relaxed: only the holder changes a held TCLock-SP's state (others'
-        // failed CASes write nothing), and the holder is us.
+        // Relaxed: only the holder changes a held TCLock-SP's state, but for
+        // the queue head's handoff request (which sends us to the slow path;
+        // one set between this load and the store is dropped and made
+        // again: tclock.cpp, "Bounded overtaking").
         if (w_.state.load(std::memory_order_relaxed) == detail::tc_locked) [[likely]] {
             // (state): locked -> 0. Release pairs with the next fast-path or
             // queue-head CAS.
@@ -237,10 +245,12 @@ public:
     }
 
     void unlock() noexcept SPINDLE_RELEASE() {
-        // Relaxed: a read of our own state; only the sleeper bit may change
-        // under us, and the exchange below reads it again.
+        // Relaxed: a read of our own state; only the queue head's sleeper
+        // and handoff bits may change under us, and the exchange below reads
+        // them again (a handoff request it drops is made again; tclock.cpp,
+        // "Bounded overtaking").
         const std::uint32_t s = w_.state.load(std::memory_order_relaxed);
-        if ((s & detail::tc_combining) == 0 && s != 0) [[likely]] {
+        if ((s & ~detail::tc_sleeper) == detail::tc_locked) [[likely]] {
             // (state): locked[+sleeper] -> 0. Release pairs with the next
             // CAS that takes the lock; the exchange also reads a sleeper bit
             // the queue head set with its CAS (sleeper protocol in tclock.cpp).

@@ -16,6 +16,9 @@
 //                        lock out of order; the release is applied when the
 //                        section gives its thread back (tclock.hpp, "Nesting")
 //     bit 3  sleeper     tclock_blocking: the queue head sleeps on `state`
+//     bit 4  handoff     (with locked) the queue head has waited 1 ms: the
+//                        fast path is closed, the release passes the gate on
+//     bit 5  given       (with locked) passed to the head, not yet taken
 //
 // state, tclock_shared:
 //
@@ -51,6 +54,8 @@ inline constexpr std::uint32_t tc_locked = 1;
 inline constexpr std::uint32_t tc_combining = 2;
 inline constexpr std::uint32_t tc_ooo = 4;
 inline constexpr std::uint32_t tc_sleeper = 8;
+inline constexpr std::uint32_t tc_handoff = 16;
+inline constexpr std::uint32_t tc_given = 32;
 
 inline constexpr std::uint32_t rw_wp = 1;            // writer present
 inline constexpr std::uint32_t rw_wcombining = 2;    // writers combined
@@ -73,6 +78,7 @@ const void* tc_tail(const tc_word* w) noexcept;
 struct tc_counters {
     std::uint64_t ooo_finishes;  // out-of-order releases applied by a combiner
     std::uint64_t handbacks;     // sections given back by tclock_may_block
+    std::uint64_t handoffs;      // gates passed to a queue head that waited 1 ms
 };
 tc_counters tc_read_counters() noexcept;
 
