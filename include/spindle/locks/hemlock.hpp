@@ -325,6 +325,62 @@ public:
         Env::annotate::post_unlock(this);
     }
 
+    // The park twins' split unlock (detail/park_gate.hpp; park variants
+    // only). Everything that touches this lock -- the tail CAS, and the
+    // address published in our Grant -- happens here, while the gate is
+    // still held; the futex wake of a successor asleep on our Grant and the
+    // wait for its acknowledgement touch only our Grant, and are left to
+    // finish(), which the gate calls after its release. So the gate is not
+    // held across a wake-up (CTR and naive: a successor asleep behind a
+    // held gate kept the whole lock busy for one wake-up latency per
+    // handover: 0.6-0.7x pthread, bench/locks oversubscribed 2:200), while
+    // unlock() still returns only once the Grant is empty (overlap: as in
+    // Listing 3).
+    struct deferred_unlock {
+        typename Env::template atomic<std::uintptr_t>* grant = nullptr;  // ours
+        bool wake = false;   // a successor (or a multi-waiter) sleeps on our Grant
+        bool await = false;  // wait for the acknowledgement
+        void finish() const noexcept {
+            if (wake) Env::wake_all(*grant);
+            if (await) await_empty(*grant);
+        }
+    };
+    deferred_unlock unlock_deferred() noexcept
+        requires(Wait::parks)
+    {
+        grant_type& self = Env::self();
+        deferred_unlock d{&self.word};
+        grant_type* expected = &self;
+        if constexpr (V == hemlock_variant::aho) {
+            // relaxed: a misuse check (as in unlock()).
+            if (SPINDLE_DEBUG_CHECKS && tail_.load(std::memory_order_relaxed) == nullptr) misuse_unlocked();
+            d.wake = publish_quiet(self.word, address());  // Listing 4 line 15
+            // (tail, grant): (me, L) -> (0, L). release: as in unlock().
+            if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release,
+                                              std::memory_order_relaxed))
+                retract(self.word);
+            else
+                d.await = true;  // Listing 4 line 20
+            return d;
+        }
+        // (tail, grant): (me, 0) -> (0, 0). release: as in unlock().
+        if (tail_.compare_exchange_strong(expected, nullptr, std::memory_order_release, std::memory_order_relaxed))
+            [[likely]]
+            return d;
+        if (SPINDLE_DEBUG_CHECKS && expected == nullptr) misuse_unlocked();
+        if constexpr (V == hemlock_variant::overlap) {
+            // As hand_over(): an earlier handover must be acknowledged first.
+            // acquire: as in await_empty().
+            if (detail::grant_lock_of(self.word.load(std::memory_order_acquire)) != 0) await_empty(self.word);
+            d.wake = publish_quiet(self.word, address());
+            d.await = !Env::drain_at_exit(&basic_hemlock::drain_own_grant);
+        } else {
+            d.wake = publish_quiet(self.word, address());
+            d.await = true;
+        }
+        return d;
+    }
+
     // Overlap: what a thread's exit runs (detail::run_at_thread_exit) --
     // wait for the acknowledgement of our last handover, so no successor
     // reads our Grant after our TLS is gone.
@@ -368,10 +424,16 @@ private:
         if constexpr (!Wait::parks) {
             g.store(lock, std::memory_order_release);
         } else {
-            // The old value can only be 0 or s: take s out and wake them all
-            // -- the one being let in, and multi-waiters, who set s again.
-            if (g.exchange(lock, std::memory_order_release) & detail::grant_waiters_sleep) Env::wake_all(g);
+            if (publish_quiet(g, lock)) Env::wake_all(g);
         }
+    }
+    // Park variants: publish() without the wake; true if it is owed. The old
+    // value can only be 0 or s: take s out and wake them all -- the one
+    // being let in, and multi-waiters, who set s again.
+    static bool publish_quiet(word_type& g, std::uintptr_t lock) noexcept
+        requires(Wait::parks)
+    {
+        return (g.exchange(lock, std::memory_order_release) & detail::grant_waiters_sleep) != 0;
     }
 
     // AHO, nobody took the speculative grant: (grant): L -> empty. relaxed:

@@ -269,9 +269,48 @@ private:
         }
     }
 
+    // What the queue leaves to do after the gate's release, and only touches
+    // memory that outlives the lock: a node to wake (MCS, CLH), the Grant to
+    // wake and wait on (Hemlock); nothing (ticket).
+    struct wake_later {
+        queue_node* n = nullptr;
+        void finish() const noexcept {
+            if (n != nullptr) wake_node(n);
+        }
+    };
+    struct nothing_later {
+        void finish() const noexcept {}
+    };
+    static auto later_type() noexcept {
+        if constexpr (requires(Queue& q) { q.unlock_deferred(); })
+            return decltype(std::declval<Queue&>().unlock_deferred()){};
+        else if constexpr (has_token)
+            return wake_later{};
+        else
+            return nothing_later{};
+    }
+    using later = decltype(later_type());
+
+    // Releases the inner lock, leaving what may wait for later.
+    later release_queue() noexcept SPINDLE_NO_TSA {
+        if constexpr (requires(Queue& q) { q.unlock_deferred(); }) {
+            return queue_.unlock_deferred();
+        } else if constexpr (has_token) {
+            queue_node* n = queue_node_at(holder_.load(std::memory_order_relaxed));  // relaxed: ours
+            if constexpr (requires { queue_.unlock_deferred(n); }) {
+                return wake_later{queue_.unlock_deferred(n)};
+            } else {
+                queue_.unlock(n);
+                return wake_later{};
+            }
+        } else {
+            queue_.unlock();
+            return nothing_later{};
+        }
+    }
+
     SPINDLE_COLD void unlock_slow(std::uint32_t w) noexcept SPINDLE_NO_TSA {
-        // A queue waiter to wake once the gate is free (MCS, CLH): its node.
-        queue_node* to_wake = nullptr;
+        later after_release{};
         if (w & queue_held) {
             // Our lock() came through the queue: let the next waiter become
             // the head now, *before* the gate is free. After the release of
@@ -280,18 +319,11 @@ private:
             // whoever holds it last), so nothing here touches the queue, or
             // reads the word, after the release below; only a futex wake may
             // name the word, and a wake on reused memory is a spurious one.
-            // The wake-up of a sleeping next waiter, a system call, is made
-            // after the gate's release where the queue allows it (its nodes
-            // are never unmapped).
-            if constexpr (has_token) {
-                queue_node* n = queue_node_at(holder_.load(std::memory_order_relaxed));  // relaxed: ours
-                if constexpr (requires { queue_.unlock_deferred(n); })
-                    to_wake = queue_.unlock_deferred(n);
-                else
-                    queue_.unlock(n);
-            } else {
-                queue_.unlock();
-            }
+            // The wake-up of a sleeping next waiter, a system call, and
+            // (Hemlock) the wait for its acknowledgement are made after the
+            // gate's release where the queue allows it (queue nodes are never
+            // unmapped; a Grant is this thread's).
+            after_release = release_queue();
             // The new head may have set sleeps (or, after 1 ms, handoff)
             // since: look again. relaxed: the CAS below acts on it.
             w = word_.load(std::memory_order_relaxed);
@@ -308,7 +340,7 @@ private:
                                                 std::memory_order_relaxed)) {
                     park_gate_handoffs.fetch_add(1, std::memory_order_relaxed);
                     futex_wake(&word_, 1);
-                    if (to_wake != nullptr) wake_node(to_wake);
+                    after_release.finish();
                     return;
                 }
             } else {
@@ -316,7 +348,7 @@ private:
                 // unlock().
                 if (word_.compare_exchange_weak(w, 0, std::memory_order_release, std::memory_order_relaxed)) {
                     if (w & sleeps) futex_wake(&word_, 1);
-                    if (to_wake != nullptr) wake_node(to_wake);
+                    after_release.finish();
                     return;
                 }
             }
