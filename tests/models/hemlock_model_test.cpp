@@ -32,7 +32,10 @@
 //     makes (drain_own_grant) -- and every tail is null.
 //
 // The parking variants run with a wait policy that spins one step before it
-// sleeps, so that both the spinning and the sleeping paths are explored.
+// sleeps, so that both the spinning and the sleeping paths are explored; and
+// once more with the split unlock of the park twins (unlock_deferred(), a
+// scheduling point, finish(): the wake-up and the wait for the
+// acknowledgement after the gate let the lock go).
 //
 // Search: depth-first over the scheduler's choices with state caching (a run
 // stops at a state an earlier run reached; model_scheduler.hpp), bounded by
@@ -163,7 +166,11 @@ const std::vector<scenario>& scenarios() {
 
 // Explores every interleaving (within the bound) of `sc` on
 // basic_hemlock<V, Wait, model_env>; the number of runs, or -1 with `err`.
-template <hemlock_variant V, class Wait>
+// Split: unlock the way the park twins' gate does (detail/park_gate.hpp):
+// unlock_deferred(), a scheduling point (where the gate is released and
+// others run), then finish() -- the wake-up and the wait for the
+// acknowledgement after the lock was let go.
+template <hemlock_variant V, class Wait, bool Split = false>
 long explore(const scenario& sc, int max_preemptions, bool cache, std::string& err) {
     using lock_type = spindle::basic_hemlock<V, Wait, model_env>;
     constexpr int kLocks = 2;
@@ -217,6 +224,10 @@ long explore(const scenario& sc, int max_preemptions, bool cache, std::string& e
                         if (++inside[o.lock] != 1) ++overlaps;
                         cur_sched->step();  // others run while we hold it
                         --inside[o.lock];
+                    } else if constexpr (Split) {
+                        const auto later = locks[o.lock].unlock_deferred();
+                        cur_sched->step();
+                        later.finish();
                     } else {
                         locks[o.lock].unlock();
                     }
@@ -274,7 +285,7 @@ bool cache_states() {
     return e == nullptr || std::atoi(e) != 0;
 }
 
-template <hemlock_variant V, class Wait>
+template <hemlock_variant V, class Wait, bool Split = false>
 void explore_all(const char* variant) {
     const int bound = preemption_bound();
     const char* only = std::getenv("SPINDLE_MODEL_SCENARIO");  // run one scenario (a long unbounded search)
@@ -282,7 +293,7 @@ void explore_all(const char* variant) {
     for (const scenario& sc : scenarios()) {
         if (only != nullptr && std::string(only) != sc.name) continue;
         std::string err;
-        const long runs = explore<V, Wait>(sc, bound, cache_states(), err);
+        const long runs = explore<V, Wait, Split>(sc, bound, cache_states(), err);
         ASSERT_GE(runs, 1) << variant << ", " << err;
         total += runs;
         std::printf("    [%s, %s, preemption bound %d: %ld interleavings]\n", variant, sc.name, bound, runs);
@@ -300,6 +311,18 @@ TEST(HemlockModel, NaivePark) { explore_all<hemlock_variant::naive, model_park_w
 TEST(HemlockModel, CtrPark) { explore_all<hemlock_variant::ctr, model_park_wait>("ctr park"); }
 TEST(HemlockModel, OverlapPark) { explore_all<hemlock_variant::overlap, model_park_wait>("overlap park"); }
 TEST(HemlockModel, AhoPark) { explore_all<hemlock_variant::aho, model_park_wait>("aho park"); }
+TEST(HemlockModel, NaiveParkSplitUnlock) {
+    explore_all<hemlock_variant::naive, model_park_wait, true>("naive park, split unlock");
+}
+TEST(HemlockModel, CtrParkSplitUnlock) {
+    explore_all<hemlock_variant::ctr, model_park_wait, true>("ctr park, split unlock");
+}
+TEST(HemlockModel, OverlapParkSplitUnlock) {
+    explore_all<hemlock_variant::overlap, model_park_wait, true>("overlap park, split unlock");
+}
+TEST(HemlockModel, AhoParkSplitUnlock) {
+    explore_all<hemlock_variant::aho, model_park_wait, true>("aho park, split unlock");
+}
 
 }  // namespace
 
