@@ -1059,6 +1059,68 @@ static void test_identity(void) {
            (long)atomic_load(&g_elsewhere), g_sect_count);
 }
 
+/* Delegation made certain, for the TCLocks: the main thread holds g_dlg and
+ * lets three threads queue behind it, one after another (each arrival
+ * changes the queue's tail pointer, bytes 32..39 of the mutex: the TCLock
+ * word sits in bytes 24..39, its tail at offset 8). When main releases it,
+ * the first becomes the head with two successors behind it, so it combines:
+ * it runs the second one's section on its own thread (the third, the tail,
+ * is never run by a combiner). That section checks what it must see of its
+ * own thread: identity moves back (recursive mutex, errorcheck, a sleeping
+ * call) and errno comes back to it. */
+static pthread_mutex_t g_dlg = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_dlg_rec = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
+static pthread_mutex_t g_dlg_chk = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
+static atomic_int g_dlg_delegated[3]; /* the section of thread k started on another thread */
+static void* delegated_section(void* p) {
+    int k = (int)(intptr_t)p;
+    pthread_t me = pthread_self();
+    CHECK_EQ(pthread_mutex_lock(&g_dlg), 0);
+    atomic_store(&g_dlg_delegated[k], !pthread_equal(g_self(), me));
+    errno = 1000 + k; /* errno is the requester's: it must read this back below */
+    CHECK_EQ(pthread_mutex_lock(&g_dlg_chk), 0);
+    CHECK_EQ(pthread_mutex_lock(&g_dlg_chk), EDEADLK);
+    CHECK(pthread_equal(g_self(), me)); /* the errorcheck mutex moved the section home */
+    CHECK_EQ(pthread_mutex_unlock(&g_dlg_chk), 0);
+    CHECK_EQ(pthread_mutex_lock(&g_dlg_rec), 0);
+    CHECK_EQ(pthread_mutex_lock(&g_dlg_rec), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_dlg_rec), 0);
+    struct timespec ts = {0, 1000};
+    CHECK_EQ(nanosleep(&ts, NULL), 0);
+    errno = 2000 + k;
+    CHECK_EQ(pthread_mutex_unlock(&g_dlg), 0);
+    CHECK_EQ(errno, 2000 + k);
+    CHECK_EQ(pthread_mutex_unlock(&g_dlg_rec), 0); /* the last level: still ours */
+    return NULL;
+}
+static uint64_t dlg_tail(void) {
+    return __atomic_load_n((const uint64_t*)(const void*)((const unsigned char*)&g_dlg + 32), __ATOMIC_ACQUIRE);
+}
+static void test_delegation(void) {
+    int tclock = strncmp(g_lock, "tclock", 6) == 0;
+    pthread_t t[3];
+    CHECK_EQ(pthread_mutex_lock(&g_dlg), 0);
+    for (int k = 0; k < 3; ++k) {
+        uint64_t before = tclock ? dlg_tail() : 0;
+        atomic_store(&g_dlg_delegated[k], -1);
+        start(&t[k], delegated_section, (void*)(intptr_t)k);
+        if (tclock) { /* until it queued: the tail names it */
+            while (dlg_tail() == before) sched_yield();
+        } else {
+            sleep_ms(5); /* only the order matters to the others, and nothing is checked of it */
+        }
+    }
+    CHECK_EQ(pthread_mutex_unlock(&g_dlg), 0);
+    for (int k = 0; k < 3; ++k) join(t[k]);
+    if (tclock) {
+        CHECK_EQ(atomic_load(&g_dlg_delegated[0]), 0); /* the head, then the combiner */
+        CHECK_EQ(atomic_load(&g_dlg_delegated[1]), 1); /* run by the combiner */
+        CHECK_EQ(atomic_load(&g_dlg_delegated[2]), 0); /* the tail: the next head */
+    } else {
+        for (int k = 0; k < 3; ++k) CHECK_EQ(atomic_load(&g_dlg_delegated[k]), 0);
+    }
+}
+
 /* Condition variables among several threads on one contended mutex:
  * ping-pong of a turn around a ring, and producers/consumers. */
 struct ring {
@@ -1362,6 +1424,7 @@ int main(int argc, char** argv) {
     PART(test_fork);
     PART(test_stress);
     PART(test_identity);
+    PART(test_delegation);
     PART(test_cond_many);
     PART(test_read_again);
     PART(test_fork_in_section);
