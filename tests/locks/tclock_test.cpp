@@ -235,7 +235,9 @@ TYPED_TEST(TClockHandoff, ReleaseHandsTheGateToAHeadThatAsked) {
     m.unlock();
     waiter.join();
     EXPECT_EQ(order, (std::vector<int>{1, 0}));
-    EXPECT_EQ(d::tc_read_counters().handoffs, before + 1);
+    // At least ours: the main thread, queued behind the waiter, is the next
+    // head and may ask for (and get) one of its own, the delay being 0.
+    EXPECT_GE(d::tc_read_counters().handoffs, before + 1);
 }
 
 TYPED_TEST(TClockTyped, TryLockMixedWithLock) {
