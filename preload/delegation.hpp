@@ -36,7 +36,12 @@
 //     read, sem_wait, pthread_join, ...), so that a section that sleeps does
 //     not put the combiner and its batch to sleep with it.
 //
-// What stays the combiner's, and is documented rather than fixed (README,
+// Where the combiner adopts the waiter's thread pointer (x86-64 FSGSBASE,
+// unless SPINDLE_TCLOCK_ADOPT=0; tclock.hpp), the identity a section sees is
+// its own thread's but for what the kernel keeps (gettid(), signals), and
+// the moves above are then only needed for the kernel's part (sleeping
+// calls, robust/PI mutexes, fork); they are made either way. Without it,
+// what stays the combiner's, and is documented rather than fixed (README,
 // "LD_PRELOAD"): the program's own use of identity inside a critical section
 // (pthread_self(), gettid(), its own thread_local variables); glibc's
 // per-thread state used inside one: malloc's thread cache and arena are the

@@ -147,6 +147,13 @@ const api* table_from_environment() noexcept {
         else if (std::strcmp(s, "0") != 0)
             bad_environment("SPINDLE_STATS", s, "0 (off, the default), 1 (print lock statistics at exit)");
     }
+    // Read by the TCLocks themselves (tclock.hpp) at their first contended
+    // lock; checked here too, so that a bad value stops the program at start.
+    const char* adopt = getenv("SPINDLE_TCLOCK_ADOPT");
+    if (adopt != nullptr && adopt[0] != '\0' && std::strcmp(adopt, "0") != 0 && std::strcmp(adopt, "1") != 0)
+        bad_environment("SPINDLE_TCLOCK_ADOPT", adopt,
+                        "0 (a delegated critical section runs as the combiner's thread), 1 (as its own "
+                        "thread where the CPU allows; the default)");
     const char* name = getenv("SPINDLE_LOCK");
     if (name == nullptr || name[0] == '\0') name = "hemlock";
     const api* t = find_table(name, std::strlen(name), stats);

@@ -502,6 +502,18 @@ lock_entry entry(std::string name, waits how, std::string note) {
     return {std::move(name), how, &measure_lock<Lock>, &space_of<Lock>::get, std::move(note)};
 }
 
+// A TCLock measured with thread pointer adoption turned off for the
+// measurement (its threads are started and joined inside it, so nothing is
+// delegated across the change): what the adoption costs, in the same run.
+template <class Lock>
+double measure_without_adoption(const setup& s, const char* who) {
+    const bool was = spindle::tclock_adopts_thread_pointer();
+    spindle::tclock_adopt_thread_pointer(false);
+    const double r = measure_lock<Lock>(s, who);
+    spindle::tclock_adopt_thread_pointer(was);
+    return r;
+}
+
 // A lock of the library: its variant name is its type's name without the
 // namespace and a trailing "_lock" (spindle::mcs_park_lock -> mcs_park).
 template <class Lock>
@@ -541,6 +553,11 @@ std::vector<lock_entry> all_locks() {
     v.push_back(entry<spindle::tclock_blocking>(
         "tclock_blocking", waits::spin_then_park,
         "spindle::tclock_blocking (TCLock-B: waiters spin, then sleep), 16 bytes, not fair"));
+    if (spindle::tclock_adopts_thread_pointer())
+        v.push_back({"tclock_no_adopt", waits::spin, &measure_without_adoption<spindle::tclock>,
+                     &space_of<spindle::tclock>::get,
+                     "spindle::tclock with thread pointer adoption off: a delegated section runs as the "
+                     "combiner's thread (tclock, where the CPU allows: as its own)"});
     v.push_back(entry<pthread_lock>("pthread", waits::os, "pthread_mutex_t, default attributes (glibc)"));
     v.push_back(entry<std::mutex>("std_mutex", waits::os, "std::mutex (libstdc++ over the glibc mutex)"));
     return v;

@@ -41,6 +41,7 @@
 
 #include <linux/futex.h>
 #include <pthread.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -73,12 +74,22 @@ enum : std::uint32_t {
 };
 
 struct tc_frame;
+struct thread_record;
+
+// Whose thread a section's code runs as (thread pointer adoption, section 6
+// below): the thread pointer (FS base) it had when it was saved, and the
+// record of the thread that pointer belongs to.
+struct tc_identity {
+    std::uintptr_t fs = 0;
+    thread_record* rec = nullptr;
+};
 
 // Where a request's main context waits at lock(), in lock_slow's frame on the
 // requesting stack. `runner` is written by the combiner that switches in.
 struct lock_landing {
     arch::context ctx;
     tc_frame* runner = nullptr;
+    tc_identity ident;  // of the code that called lock()
 };
 
 // Where a section's context waits after its unlock() (or in
@@ -87,9 +98,8 @@ struct unlock_landing {
     arch::context ctx;
     int err0 = 0;     // the requester's errno at lock()
     int err_end = 0;  // the running thread's errno when the section ended
+    tc_identity ident;  // of the section
 };
-
-struct thread_record;
 
 struct tc_qnode {
     std::atomic<tc_qnode*> next{nullptr};
@@ -227,6 +237,14 @@ struct eph_stack {
 
 struct thread_record {
     eph_stack stack{};
+    // Thread pointer adoption (section 6): this thread's own FS base (0 until
+    // its first contended lock()), and, while a combiner runs a section as
+    // this thread, that combiner's record. Written and read by the thread
+    // that runs the section (relaxed; handed from combiner to combiner
+    // through the queue's acquire/release chain); this thread itself waits
+    // meanwhile and reads it again only after its "done".
+    std::uintptr_t own_fs = 0;
+    std::atomic<thread_record*> adopted_by{nullptr};
     bool no_stack = false;       // mapping failed once: this thread takes locks by spinning
     tc_qnode* eph_top = nullptr; // innermost live ephemeral frame
     tc_frame* frames = nullptr;  // innermost combine frame (I3)
@@ -345,9 +363,17 @@ thread_local thread_record tl_record;
 // empty asm so that no caller can reuse a result across a context switch
 // (a switch may move the caller to another thread; __errno_location is
 // `const`, and a plain TLS address may be kept in a register).
-SPINDLE_NOINLINE thread_record* this_record() noexcept {
+SPINDLE_NOINLINE thread_record* identity_record() noexcept {
     thread_record* r = &tl_record;
     __asm__ volatile("" : "+r"(r));
+    return r;
+}
+// The record of the thread running now: the identity's, unless a combiner
+// runs a section as that identity (thread pointer adoption).
+SPINDLE_NOINLINE thread_record* this_record() noexcept {
+    thread_record* r = identity_record();
+    if (thread_record* a = r->adopted_by.load(std::memory_order_relaxed)) [[unlikely]]
+        return a;
     return r;
 }
 SPINDLE_NOINLINE int* errno_loc() noexcept {
@@ -356,9 +382,124 @@ SPINDLE_NOINLINE int* errno_loc() noexcept {
     return p;
 }
 
+// ---------------------------------------------------------------------------
+// Thread pointer adoption (x86-64 with FSGSBASE, Linux 5.9+; not in
+// sanitizer builds, whose runtimes keep their per-thread state behind the
+// thread pointer). A combiner that switches into a waiter's section also
+// loads the waiter's thread pointer (wrfsbase), and loads its own back when
+// the section's context leaves it; so a delegated section's thread_local
+// variables, errno, pthread_self() and C++ exception state are its own
+// thread's (the waiting thread runs only the ephemeral frame's code meanwhile,
+// which touches none of them). The kernel thread stays the combiner's:
+// gettid(), the signal mask and signal delivery, CPU time, scheduling.
+//
+// Each saved section context records its identity (tc_identity: its thread
+// pointer and that thread's record), and every switch into a context loads
+// its identity's pointer first (enter_identity). tclock's own code needs the
+// *running* thread's record (its ephemeral stack and combine frames): while
+// a combiner runs a section as thread T, T's record (what thread_local
+// finds now) points at the combiner's (adopted_by), which this_record()
+// follows; the section's context clears it when it leaves (leave_identity),
+// before T can be told "done". The exception state is then not swapped by
+// the switches: each thread's own globals are the state of the sections
+// that run as that thread.
+#if defined(__x86_64__) && !SPINDLE_ASAN && !SPINDLE_TSAN
+constexpr bool can_adopt = true;
+SPINDLE_ALWAYS_INLINE std::uintptr_t read_fs() noexcept {
+    std::uintptr_t v;
+    __asm__ volatile("rdfsbase %0" : "=r"(v));
+    return v;
+}
+SPINDLE_ALWAYS_INLINE void write_fs(std::uintptr_t v) noexcept { __asm__ volatile("wrfsbase %0" : : "r"(v) : "memory"); }
+#else
+constexpr bool can_adopt = false;
+SPINDLE_ALWAYS_INLINE std::uintptr_t read_fs() noexcept { return 0; }
+SPINDLE_ALWAYS_INLINE void write_fs(std::uintptr_t) noexcept {}
+#endif
+
+// The kernel lets user space use rdfsbase/wrfsbase (AT_HWCAP2 bit 1,
+// HWCAP2_FSGSBASE). errno is left as it was.
+bool fsgsbase_usable() noexcept {
+    if constexpr (!can_adopt) {
+        return false;
+    } else {
+        int* const e = errno_loc();
+        const int saved = *e;
+        const bool ok = (::getauxval(AT_HWCAP2) & (1UL << 1)) != 0;
+        *e = saved;
+        return ok;
+    }
+}
+
+// -1 not decided yet, then 0 (off) or 1 (on). Relaxed: a setting, chosen
+// before threads contend (tclock_adopt_thread_pointer's contract).
+std::atomic<int> g_adopt{-1};
+
+// The default: on where it can be, unless SPINDLE_TCLOCK_ADOPT=0. Any value
+// but 0 and 1 stops the program with a message.
+SPINDLE_COLD int adopt_default() noexcept {
+    const char* e = ::getenv("SPINDLE_TCLOCK_ADOPT");
+    bool want = true;
+    if (e != nullptr && e[0] != '\0') {
+        if (e[0] == '0' && e[1] == '\0') {
+            want = false;
+        } else if (!(e[0] == '1' && e[1] == '\0')) {
+            char buf[256];
+            const int n = std::snprintf(buf, sizeof buf,
+                                        "spindle: SPINDLE_TCLOCK_ADOPT=%.64s is not valid; valid values: 0 (a "
+                                        "delegated section runs as the combiner's thread), 1 (as its own, the "
+                                        "default where the CPU allows)\n",
+                                        e);
+            if (n > 0) {
+                [[maybe_unused]] auto r = ::write(2, buf, static_cast<std::size_t>(std::min(n, int{sizeof buf} - 1)));
+            }
+            std::abort();
+        }
+    }
+    return want && fsgsbase_usable() ? 1 : 0;
+}
+
+SPINDLE_ALWAYS_INLINE bool adopting() noexcept {
+    if constexpr (!can_adopt) {
+        return false;
+    } else {
+        int v = g_adopt.load(std::memory_order_relaxed);
+        if (v < 0) [[unlikely]] {
+            int expected = -1;
+            v = adopt_default();
+            if (!g_adopt.compare_exchange_strong(expected, v, std::memory_order_relaxed)) v = expected;
+        }
+        return v == 1;
+    }
+}
+
+SPINDLE_ALWAYS_INLINE tc_identity current_identity() noexcept { return {read_fs(), identity_record()}; }
+
+// Before `me`'s thread switches into a context that runs as `to`.
+SPINDLE_ALWAYS_INLINE void enter_identity(thread_record* me, const tc_identity& to) noexcept {
+    if (to.rec == nullptr) [[unlikely]] {  // saved while adoption was off: run as ourselves
+        write_fs(me->own_fs);
+        return;
+    }
+    if (to.rec != me) to.rec->adopted_by.store(me, std::memory_order_relaxed);
+    write_fs(to.fs);
+}
+// When `me`'s thread stops running code as `ident` (its context is saved).
+SPINDLE_ALWAYS_INLINE void leave_identity(thread_record* me, thread_record* ident) noexcept {
+    if (ident != me && ident != nullptr) ident->adopted_by.store(nullptr, std::memory_order_relaxed);
+}
+// Back to `me`'s own thread pointer, before switching into its own code.
+SPINDLE_ALWAYS_INLINE void enter_own(thread_record* me) noexcept { write_fs(me->own_fs); }
+
 // Switch away from `from`; `dead`: it will never be resumed (an ephemeral
-// frame being dropped).
+// frame being dropped). With adoption the exception state stays where it is
+// (see above), and there are no sanitizers to tell.
 SPINDLE_ALWAYS_INLINE void switch_from(arch::context* from, arch::context* to, bool dead) noexcept {
+    if (adopting()) {
+        arch::raw_switch(&from->regs, &to->regs);
+        if (dead) __builtin_unreachable();
+        return;
+    }
     if (dead)
         arch::switch_final(from, to);
     else
@@ -683,6 +824,7 @@ struct core {
         mark_processing(n);
         lock_landing* l = n->main;
         l->runner = f;
+        if (adopting()) enter_identity(f->self->rec, l->ident);
         // §3.6.2: the section's hot data is the top of its stack.
         auto* sp = static_cast<const char*>(l->ctx.regs.sp);
         __builtin_prefetch(sp, 1, 3);
@@ -704,6 +846,7 @@ struct core {
             start(f, nxt, from, dead);
         } else {
             f->next_head = nxt;
+            if (adopting()) enter_own(f->self->rec);
             switch_from(from, &f->loop, dead);
         }
     }
@@ -711,13 +854,17 @@ struct core {
     [[noreturn]] static void resume_own(tc_qnode* q) noexcept {
         *errno_loc() = q->err0;  // whatever the sections we ran left in our errno
         q->rec->pop(q);
-        arch::switch_final(&q->eph, &q->main->ctx);
+        if (adopting()) enter_identity(q->rec, q->main->ident);
+        switch_from(&q->eph, &q->main->ctx, true);
+        __builtin_unreachable();
     }
 
     [[noreturn]] static void finish_done(tc_qnode* q) noexcept {
         if (tc_frame* of = q->outer; of != nullptr && take_ooo_of(of)) ooo_finish(q, of);
         q->rec->pop(q);
-        arch::switch_final(&q->eph, &q->resume->ctx);
+        if (adopting()) enter_identity(q->rec, q->resume->ident);
+        switch_from(&q->eph, &q->resume->ctx, true);
+        __builtin_unreachable();
     }
 
     // First and only function of an ephemeral frame: phases 1-4 of §3.2.
@@ -782,6 +929,10 @@ struct core {
         const int caller_errno = *errno_loc();
         thread_record* const rec = this_record();
         tc_qnode* const q = rec->push(&eph_entry);
+        const bool adopt = adopting();  // decided here the first time (errno restored below)
+        // Our own thread pointer, unless a combiner runs us as another
+        // thread: then `rec` is that combiner's, whose own_fs is set.
+        if (adopt && rec->own_fs == 0) rec->own_fs = read_fs();
         *errno_loc() = caller_errno;
         if (q == nullptr) {  // no ephemeral stack, or no room for one more frame
             G::acquire_head(w);
@@ -793,7 +944,13 @@ struct core {
         q->outer = rec->frames;  // (I3): non-null iff we run inside a combined section
         q->main = &land;
         q->err0 = caller_errno;
-        arch::switch_to(&land.ctx, &q->eph);
+        if (adopt) {
+            // We run as `land.ident`; the ephemeral frame runs as our thread.
+            land.ident = current_identity();
+            leave_identity(rec, land.ident.rec);
+            enter_own(rec);
+        }
+        switch_from(&land.ctx, &q->eph, false);
         // Here: either our own thread (we are the holder), or a combiner
         // about to run our section on its thread.
         if (tc_frame* f = land.runner) {
@@ -832,6 +989,10 @@ struct core {
         ul.err0 = cur->err0;
         ul.err_end = *errno_loc();
         cur->resume = &ul;
+        if (adopting()) {
+            ul.ident = current_identity();
+            leave_identity(rec, ul.ident.rec);
+        }
         end_of_section(f, cur, &ul.ctx, false);
         // Resumed on the requester's thread (or the thread it delegated
         // through), after "done". Keep what the section wrote into this
@@ -948,7 +1109,12 @@ bool tclock_may_block() noexcept {
         f->handback = true;
         f->to_notify = cur;
         g_handbacks.fetch_add(1, std::memory_order_relaxed);
-        arch::switch_to(&ul.ctx, &f->loop);
+        if (adopting()) {
+            ul.ident = current_identity();
+            leave_identity(rec, ul.ident.rec);
+            enter_own(rec);
+        }
+        switch_from(&ul.ctx, &f->loop, false);
         int* const e = errno_loc();
         if (*e == ul.err0) *e = ul.err_end;
         moved = true;  // and again, if that thread itself runs us for someone
@@ -956,5 +1122,14 @@ bool tclock_may_block() noexcept {
 }
 
 bool tclock_delegated() noexcept { return detail::this_record()->frames != nullptr; }
+
+bool tclock_adopts_thread_pointer() noexcept { return detail::adopting(); }
+
+bool tclock_adopt_thread_pointer(bool on) noexcept {
+    using namespace detail;
+    const int v = (on && fsgsbase_usable()) ? 1 : 0;
+    g_adopt.store(v, std::memory_order_relaxed);
+    return v == 1;
+}
 
 }  // namespace spindle

@@ -66,6 +66,15 @@ long tid() { return ::syscall(SYS_gettid); }
     return t;
 }
 
+// A thread_local value, read through an address computed now (not one the
+// compiler kept from before lock()): the running thread pointer's.
+thread_local int tl_mark = 0;
+[[gnu::noinline]] int read_mark() {
+    int* p = &tl_mark;
+    __asm__ volatile("" : "+r"(p));
+    return *p;
+}
+
 template <class L>
 const void* tail_of(const L& m) {
     return spindle::detail::tc_tail(reinterpret_cast<const spindle::detail::tc_word*>(&m));
@@ -406,6 +415,59 @@ TEST(TClockErrno, StressEveryWaiterGetsItsOwnValue) {
     EXPECT_EQ(bad.load(), 0);
 }
 
+// --- thread pointer adoption -------------------------------------------------
+
+// queued(): thread 0 becomes the queue head and combines thread 1's
+// section (thread 2 is the tail, which no combiner runs).
+// Thread 1's section runs on thread 0's kernel thread either way; with the
+// thread pointer adopted it runs *as* thread 1: pthread_self() and its
+// thread_local variables are thread 1's. Without, they are thread 0's.
+TEST(TClockIdentity, DelegatedSectionRunsAsItsOwnThread) {
+    struct restore {
+        bool was = spindle::tclock_adopts_thread_pointer();
+        ~restore() { spindle::tclock_adopt_thread_pointer(was); }
+    } r;
+    for (bool adopt : {false, true}) {
+        const bool on = spindle::tclock_adopt_thread_pointer(adopt);
+        if (adopt && !on) {
+            std::printf("    thread pointer adoption is not available here (CPU, kernel or sanitizer build)\n");
+            continue;
+        }
+        EXPECT_EQ(on, adopt);
+        tclock m;
+        long own[3] = {}, inside[3] = {};
+        pthread_t self[3] = {}, seen[3] = {};
+        int mark_in[3] = {}, mark_after[3] = {};
+        bool delegated[3] = {};
+        queued(m, 3, [&](int i) {
+            tl_mark = 100 + i;
+            own[i] = tid();
+            self[i] = ::pthread_self();
+            m.lock();
+            inside[i] = tid();
+            seen[i] = running_thread();
+            mark_in[i] = read_mark();
+            delegated[i] = spindle::tclock_delegated();
+            m.unlock();
+            mark_after[i] = read_mark();
+        });
+        ASSERT_EQ(inside[1], own[0]) << "thread 1's section was not delegated to thread 0";
+        EXPECT_TRUE(delegated[1]);
+        EXPECT_FALSE(delegated[0]);
+        EXPECT_FALSE(delegated[2]);
+        if (on) {
+            EXPECT_TRUE(::pthread_equal(seen[1], self[1]));
+            EXPECT_EQ(mark_in[1], 101);
+        } else {
+            EXPECT_TRUE(::pthread_equal(seen[1], self[0]));
+            EXPECT_EQ(mark_in[1], 100);
+        }
+        EXPECT_EQ(mark_in[0], 100);
+        EXPECT_EQ(mark_in[2], 102);
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(mark_after[i], 100 + i) << i;
+    }
+}
+
 // --- signals ----------------------------------------------------------------
 
 std::atomic<int> g_sig_count{0};
@@ -449,8 +511,10 @@ TEST(TClockSignal, HandlerRunsOnEphemeralStackWhileSectionIsDelegated) {
         inside[i] = tid();
         if (i == 1) {
             // Running on B's thread: signal C's own thread, which waits on its
-            // ephemeral stack, and wait until its handler ran.
-            ::pthread_kill(me, SIGUSR1);
+            // ephemeral stack, and wait until its handler ran. By kernel
+            // thread id: with the thread pointer adopted, pthread_kill() of
+            // our own pthread_t signals the running (kernel) thread, B.
+            ::syscall(SYS_tgkill, ::getpid(), own[1], SIGUSR1);
             while (g_sig_count.load(std::memory_order_acquire) == 0) std::this_thread::yield();
         }
         m.unlock();
@@ -521,17 +585,24 @@ TEST(TClockNested, OutOfOrderReleaseAcrossTwoCombiners) {
 template <class L>
 void nested_stress(int depth, bool reverse_release, int iters) {
     const auto before = spindle::detail::tc_read_counters();
+    const bool adopting = spindle::tclock_adopts_thread_pointer();
+    std::atomic<long> wrong_identity{0};
     std::vector<L> locks(static_cast<std::size_t>(depth));
     std::vector<std::uint64_t> counts(static_cast<std::size_t>(depth), 0);
     std::vector<std::thread> ts;
     for (int t = 0; t < stress_threads; ++t)
         ts.emplace_back([&, t] {
+            tl_mark = 1000 + t;
             for (int i = 0; i < iters; ++i) {
                 // Each thread takes a window of the chain, always in order.
                 const int first = (t + i) % 3 == 0 ? 0 : 1;
                 for (int k = first; k < depth; ++k) {
                     locks[static_cast<std::size_t>(k)].lock();
                     ++counts[static_cast<std::size_t>(k)];
+                    // With the thread pointer adopted, every section -- run
+                    // by whichever combiner, nested, released out of order
+                    // -- sees its own thread's thread_local variables.
+                    if (adopting && read_mark() != 1000 + t) wrong_identity.fetch_add(1, std::memory_order_relaxed);
                 }
                 if (i % 8 == 0) std::this_thread::yield();  // holder descheduled: queues grow
                 if (reverse_release) {
@@ -548,6 +619,7 @@ void nested_stress(int depth, bool reverse_release, int iters) {
     EXPECT_EQ(counts[0], expect_first);
     for (int k = 1; k < depth; ++k)
         EXPECT_EQ(counts[static_cast<std::size_t>(k)], std::uint64_t{stress_threads} * iters) << k;
+    EXPECT_EQ(wrong_identity.load(), 0);
     std::printf("    depth %d: %llu out-of-order releases applied by combiners\n", depth,
                 static_cast<unsigned long long>(spindle::detail::tc_read_counters().ooo_finishes - before.ooo_finishes));
 }

@@ -25,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <threads.h>
 #include <time.h>
@@ -973,9 +975,10 @@ static atomic_long g_elsewhere; /* sections seen on another thread (statistics o
 static void* identity_worker(void* p) {
     (void)p;
     pthread_t me = pthread_self();
+    long my_tid = syscall(SYS_gettid);
     for (long i = 0; i < g_iters / 2; ++i) {
         CHECK_EQ(pthread_mutex_lock(&g_sect), 0);
-        if (!pthread_equal(g_self(), me)) atomic_fetch_add(&g_elsewhere, 1);
+        if (syscall(SYS_gettid) != my_tid) atomic_fetch_add(&g_elsewhere, 1);
         g_sect_count++;
         switch (i % 8) {
             case 0: /* recursive, inside the (maybe delegated) section */
@@ -1071,12 +1074,20 @@ static void test_identity(void) {
 static pthread_mutex_t g_dlg = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t g_dlg_rec = PTHREAD_RECURSIVE_MUTEX_INITIALIZER_NP;
 static pthread_mutex_t g_dlg_chk = PTHREAD_ERRORCHECK_MUTEX_INITIALIZER_NP;
-static atomic_int g_dlg_delegated[3]; /* the section of thread k started on another thread */
+static atomic_int g_dlg_delegated[3]; /* the section of thread k started on another (kernel) thread */
+static atomic_int g_dlg_as_self[3];   /* ... and ran as thread k: pthread_self() and a thread-local */
+static _Thread_local int g_dlg_mark;
+static int read_dlg_mark(void) { return g_dlg_mark; }
+static int (*volatile g_read_dlg_mark)(void) = read_dlg_mark; /* a fresh thread-local address */
+static long kernel_tid(void) { return syscall(SYS_gettid); }
 static void* delegated_section(void* p) {
     int k = (int)(intptr_t)p;
     pthread_t me = pthread_self();
+    long my_tid = kernel_tid();
+    g_dlg_mark = 100 + k;
     CHECK_EQ(pthread_mutex_lock(&g_dlg), 0);
-    atomic_store(&g_dlg_delegated[k], !pthread_equal(g_self(), me));
+    atomic_store(&g_dlg_delegated[k], kernel_tid() != my_tid);
+    atomic_store(&g_dlg_as_self[k], pthread_equal(g_self(), me) && g_read_dlg_mark() == 100 + k);
     errno = 1000 + k; /* errno is the requester's: it must read this back below */
     CHECK_EQ(pthread_mutex_lock(&g_dlg_chk), 0);
     CHECK_EQ(pthread_mutex_lock(&g_dlg_chk), EDEADLK);
@@ -1092,6 +1103,15 @@ static void* delegated_section(void* p) {
     CHECK_EQ(errno, 2000 + k);
     CHECK_EQ(pthread_mutex_unlock(&g_dlg_rec), 0); /* the last level: still ours */
     return NULL;
+}
+static int adopts_thread_pointer(void) {
+#if defined(__x86_64__)
+    const char* e = getenv("SPINDLE_TCLOCK_ADOPT");
+    if (e != NULL && strcmp(e, "0") == 0) return 0;
+    return (getauxval(AT_HWCAP2) & 2) != 0; /* HWCAP2_FSGSBASE */
+#else
+    return 0;
+#endif
 }
 static uint64_t dlg_tail(void) {
     return __atomic_load_n((const uint64_t*)(const void*)((const unsigned char*)&g_dlg + 32), __ATOMIC_ACQUIRE);
@@ -1116,8 +1136,15 @@ static void test_delegation(void) {
         CHECK_EQ(atomic_load(&g_dlg_delegated[0]), 0); /* the head, then the combiner */
         CHECK_EQ(atomic_load(&g_dlg_delegated[1]), 1); /* run by the combiner */
         CHECK_EQ(atomic_load(&g_dlg_delegated[2]), 0); /* the tail: the next head */
+        /* Run by the combiner, as itself where the combiner adopts the
+         * waiter's thread pointer (x86-64 with FSGSBASE, unless
+         * SPINDLE_TCLOCK_ADOPT=0), as the combiner otherwise. */
+        CHECK_EQ(atomic_load(&g_dlg_as_self[1]), adopts_thread_pointer());
+        CHECK_EQ(atomic_load(&g_dlg_as_self[0]), 1);
+        CHECK_EQ(atomic_load(&g_dlg_as_self[2]), 1);
     } else {
         for (int k = 0; k < 3; ++k) CHECK_EQ(atomic_load(&g_dlg_delegated[k]), 0);
+        for (int k = 0; k < 3; ++k) CHECK_EQ(atomic_load(&g_dlg_as_self[k]), 1);
     }
 }
 
@@ -1348,6 +1375,10 @@ static int bad_env(void) {
     fprintf(stderr, "SPINDLE_STATS=yes: exit %d, said: %s", r, out);
     CHECK(r != 0);
     CHECK(strstr(out, "SPINDLE_STATS=yes") != NULL);
+    r = spawn_self("SPINDLE_TCLOCK_ADOPT=yes", "quiet", out, sizeof out);
+    fprintf(stderr, "SPINDLE_TCLOCK_ADOPT=yes: exit %d, said: %s", r, out);
+    CHECK(r != 0);
+    CHECK(strstr(out, "SPINDLE_TCLOCK_ADOPT=yes") != NULL);
     return 0;
 }
 

@@ -77,7 +77,22 @@
 //   (**) by the code that locked it, on whatever thread that code runs.
 //
 // What a delegated critical section observes. A section run by a combiner
-// executes on the combiner's *thread*, with the waiter's stack and registers:
+// executes on the combiner's *kernel thread*, with the waiter's stack and
+// registers, and -- where the CPU and kernel let user space write the thread
+// pointer (x86-64 FSGSBASE, Linux 5.9+; not in sanitizer builds; see
+// tclock_adopt_thread_pointer() below) -- with the *waiter's thread
+// pointer*: the combiner adopts it for the section and takes its own back
+// when the section's context leaves. Then the section's thread_local
+// variables, errno, pthread_self(), C++ exception state and everything
+// glibc keeps behind the thread pointer (malloc's thread cache, stdio lock
+// owners, the thread id glibc caches) are the waiter's own, exactly as if the
+// section ran on its thread; what stays the combiner's is what the kernel
+// keeps per thread: gettid() (a system call), the signal mask, signal
+// delivery (a signal sent to the waiter's pthread_t from inside the section
+// -- pthread_kill(pthread_self()) included -- goes to the combiner's kernel
+// thread, and a handler that runs during the section sees the waiter's
+// thread_local variables), scheduling, CPU time. Without adoption
+// (elsewhere, or SPINDLE_TCLOCK_ADOPT=0):
 //
 //   * errno: spindle carries it both ways. The section starts with the errno
 //     value the waiter had at lock(), and the value it ends with is the
@@ -161,8 +176,7 @@
 // critical section; destroying a lock that is held or waited for; a
 // critical section that runs on a fiber (fibers use spindle::mutex).
 //
-// Not done (yet): the NUMA policy of §3.6.3 (one node here), and adopting the
-// waiter's thread pointer (FS base) while running its section.
+// Not done (yet): the NUMA policy of §3.6.3 (one node here).
 #pragma once
 
 #include <atomic>
@@ -184,6 +198,19 @@ bool tclock_may_block() noexcept;
 
 // True if the calling code runs as a delegated section on a combiner's thread.
 bool tclock_delegated() noexcept;
+
+// Thread pointer adoption ("What a delegated critical section observes"):
+// whether a combiner runs each section with the thread pointer of the thread
+// that called lock(). On by default where the CPU and kernel let user space
+// write it (x86-64 FSGSBASE, Linux 5.9+), except in sanitizer builds, and
+// unless the environment says SPINDLE_TCLOCK_ADOPT=0 (read at the first
+// contended lock; a value other than 0 or 1 stops the program with a
+// message).
+bool tclock_adopts_thread_pointer() noexcept;
+// Turns it on (where it can be) or off, process-wide; returns whether it is
+// on now. Call it while no tclock is contended (at start-up, say): a section
+// delegated across the change would run with the wrong thread pointer.
+bool tclock_adopt_thread_pointer(bool on) noexcept;
 
 class SPINDLE_CAPABILITY("mutex") tclock {
 public:
