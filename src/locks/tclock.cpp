@@ -532,16 +532,20 @@ SPINDLE_ALWAYS_INLINE void switch_from(arch::context* from, arch::context* to, b
 // begin/end_combining's stores drop it then (the next release is the
 // combiner's own, after its batch).
 
+// Whether a head that started waiting at `since` (0: not yet) and sees
+// state `s` should ask for the gate now.
+inline bool handoff_due(std::uint32_t s, std::int64_t since) noexcept {
+    return since != 0 && (s & tc_handoff) == 0 &&
+           park_gate_now_ns() - since > park_gate_handoff_after_ns.load(std::memory_order_relaxed);
+}
+
 // The head's request for the gate, once it has waited long enough.
-// `since`: when it started waiting (0: not yet).
 inline void ask_handoff(tc_word* w, std::uint32_t s, std::int64_t& since) noexcept {
     if (since == 0) {
         since = park_gate_now_ns();
         return;
     }
-    if ((s & tc_handoff) != 0 ||
-        park_gate_now_ns() - since <= park_gate_handoff_after_ns.load(std::memory_order_relaxed))
-        return;
+    if (!handoff_due(s, since)) return;
     // (state): s -> s|handoff. relaxed: a request; the release CAS that
     // answers it is what orders the sections.
     (void)w->state.compare_exchange_strong(s, s | tc_handoff, std::memory_order_relaxed, std::memory_order_relaxed);
@@ -648,9 +652,7 @@ struct gate_blocking : gate_spin {
                 continue;
             }
             std::uint32_t want = s | tc_sleeper;
-            if (since != 0 && (s & tc_handoff) == 0 &&
-                park_gate_now_ns() - since > park_gate_handoff_after_ns.load(std::memory_order_relaxed))
-                want |= tc_handoff;
+            if (handoff_due(s, since)) want |= tc_handoff;
             // (state): s -> want. relaxed: see ask_handoff().
             if (want != s &&
                 !w->state.compare_exchange_weak(s, want, std::memory_order_relaxed, std::memory_order_relaxed))
