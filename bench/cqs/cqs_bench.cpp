@@ -112,6 +112,9 @@
 // `baseline` (the variant its ratio is computed against) and boost_fiber
 // names spindle_fiber:
 //   spindle_fiber            spindle primitive, fibers on a spindle::scheduler
+//   spindle_fiber_dispatch   the semaphore with handoff::dispatch on fibers:
+//                            a woken acquirer waits in its worker's ready
+//                            queue (the default, ces, runs it at once)
 //   spindle_thread           spindle primitive, one OS thread per actor
 //                            (baseline of the thread-only competitors)
 //   std_barrier              std::barrier (libstdc++), threads
@@ -717,6 +720,17 @@ void bench_semaphore(harness& h, const run_options& o) {
                         return sem_run(c, s, on_fibers, "spindle_fiber");
                     },
                     true, "spindle::counting_semaphore; " + fibers_note("acquirer", "threads", o) + work_note(wt)));
+                vs.push_back(variant(
+                    "spindle_fiber_dispatch",
+                    [=] {
+                        spindle::counting_semaphore<> s(k, spindle::handoff::dispatch);
+                        return sem_run(c, s, on_fibers, "spindle_fiber_dispatch");
+                    },
+                    false,
+                    "spindle::counting_semaphore with handoff::dispatch (a woken acquirer goes back to the "
+                    "ready queue of its own worker; the releaser carries on); " +
+                        fibers_note("acquirer", "threads", o),
+                    "spindle_fiber"));
                 vs.push_back(variant(
                     "spindle_thread",
                     [=] {
