@@ -1,7 +1,7 @@
 // preload/algorithms.hpp — the SPINDLE_LOCK values and what each one uses.
 //
 //     SPINDLE_LOCK          pthread_mutex_t, rwlock writers   pthread_spinlock_t
-//     hemlock (default)     spindle::hemlock (Listing 2)      ticket_spin
+//     hemlock               spindle::hemlock (Listing 2)      ticket_spin
 //     hemlock_naive         spindle::hemlock_naive            ticket_spin
 //     hemlock_overlap       spindle::hemlock_overlap          ticket_spin
 //     mcs                   spindle::mcs_lock                 ticket_spin
@@ -11,6 +11,7 @@
 //     ttas                  spindle::ttas_lock                spindle::ttas_lock
 //     <each of those>_park  its spin-then-futex twin          the same as above
 //                           (hemlock_park, mcs_park_lock...)
+//                           hemlock_park is the default
 //     tclock                spindle::tclock (TCLock-SP)        spindle::ttas_lock
 //     tclock_blocking       spindle::tclock_blocking (TCLock-B) spindle::ttas_lock
 //       (also accepted as tclock-blocking)
@@ -37,6 +38,16 @@
 // Not offered: hemlock_aho. Its unlock still writes the lock word after the
 // successor may have taken, released and freed the lock (locks/hemlock.hpp),
 // and a pthread_mutex_t is freed by whoever holds it last.
+//
+// The default, hemlock_park: an unmodified program was written for glibc's
+// mutex, which sleeps, and nothing tells us how many threads it runs or
+// whether it blocks while holding a mutex. A pure spinning FIFO lock is
+// right only when every waiter has a CPU of its own: with more threads than
+// CPUs a lock handed to a preempted waiter stalls everyone behind it (LevelDB
+// readrandom, 8 threads on 2 CPUs: hemlock 0.04x glibc, mcs 0.01x). The park
+// twin costs the same as the spinning lock uncontended and with a CPU per
+// thread (bench/locks: uncontended lock + unlock and LevelDB at 1 and 2
+// threads within noise of hemlock), and holds glibc's rate oversubscribed.
 //
 // before_fork: what the thread that forks must settle first. hemlock_overlap
 // returns from a contended unlock before its successor acknowledged the

@@ -155,7 +155,10 @@ const api* table_from_environment() noexcept {
                         "0 (a delegated critical section runs as the combiner's thread), 1 (as its own "
                         "thread where the CPU allows; the default)");
     const char* name = getenv("SPINDLE_LOCK");
-    if (name == nullptr || name[0] == '\0') name = "hemlock";
+    // Unset: hemlock_park. It costs what hemlock costs while threads have
+    // CPUs of their own, and does not collapse when they do not (see
+    // algorithms.hpp, "The default").
+    if (name == nullptr || name[0] == '\0') name = "hemlock_park";
     const api* t = find_table(name, std::strlen(name), stats);
     if (t == nullptr) {
         char valid[512];

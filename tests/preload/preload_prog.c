@@ -56,7 +56,7 @@ __asm__(".symver old_cond_broadcast, pthread_cond_broadcast@GLIBC_2.2.5");
 __asm__(".symver old_cond_wait, pthread_cond_wait@GLIBC_2.2.5");
 __asm__(".symver old_cond_timedwait, pthread_cond_timedwait@GLIBC_2.2.5");
 
-static const char* g_lock = "hemlock"; /* the SPINDLE_LOCK value under test */
+static const char* g_lock = "hemlock_park"; /* the SPINDLE_LOCK value under test (unset: the default) */
 static int g_ours;                      /* 1: spindle's locks, 0: pthread (glibc's) */
 static int g_threads;                   /* more than the CPUs */
 static long g_iters;
