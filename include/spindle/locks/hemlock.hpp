@@ -296,8 +296,13 @@ public:
 
     void unlock() noexcept SPINDLE_RELEASE() {
         Env::annotate::pre_unlock(this);
-        grant_type& self = Env::self();
-        if constexpr (V == hemlock_variant::aho) {
+        if constexpr (Wait::parks) {
+            // The park variants: their split unlock (below), finished at once.
+            // (AHO: the wake of a successor asleep on our Grant comes after
+            // the tail CAS, not before it, as in the gate's split unlock.)
+            unlock_deferred().finish();
+        } else if constexpr (V == hemlock_variant::aho) {
+            grant_type& self = Env::self();
             // The CAS below may legitimately find null (our successor took
             // the speculative grant, and unlocked), so check before it.
             // relaxed: a misuse check.
@@ -315,6 +320,7 @@ public:
                 await_empty(self.word);  // Listing 4 line 20
             }
         } else {
+            grant_type& self = Env::self();
             grant_type* expected = &self;
             // (tail, grant): (me, 0) -> (0, 0). release pairs with the
             // acquire swap of the next locker, who finds the lock free.
@@ -325,10 +331,11 @@ public:
         Env::annotate::post_unlock(this);
     }
 
-    // The park twins' split unlock (detail/park_gate.hpp; park variants
-    // only). Everything that touches this lock -- the tail CAS, and the
-    // address published in our Grant -- happens here, while the gate is
-    // still held; the futex wake of a successor asleep on our Grant and the
+    // The park variants' unlock, split for the park twins
+    // (detail/park_gate.hpp); their unlock() is unlock_deferred().finish().
+    // Everything that touches this lock -- the tail CAS, and the address
+    // published in our Grant -- happens here, while the gate is still held;
+    // the futex wake of a successor asleep on our Grant and the
     // wait for its acknowledgement touch only our Grant, and are left to
     // finish(), which the gate calls after its release. So the gate is not
     // held across a wake-up (CTR and naive: a successor asleep behind a
@@ -398,8 +405,11 @@ private:
 
     // ---- the unlock side ------------------------------------------------------
 
-    // Somebody queued behind us (tail was `seen`, not us).
-    SPINDLE_COLD void hand_over(grant_type& self, grant_type* seen) noexcept {
+    // Somebody queued behind us (tail was `seen`, not us). Spinning variants
+    // (the park variants' version is in unlock_deferred()).
+    SPINDLE_COLD void hand_over(grant_type& self, grant_type* seen) noexcept
+        requires(!Wait::parks)
+    {
         if (SPINDLE_DEBUG_CHECKS && seen == nullptr) misuse_unlocked();
         if constexpr (V == hemlock_variant::overlap) {
             // Listing 3 line 16: our Grant may still carry an earlier
@@ -420,16 +430,16 @@ private:
     // load/CAS that finds L: our critical section happens before its.
     // (A park variant's acknowledgement and s-setting CASes in between are
     // read-modify-writes, so they continue this release sequence.)
-    static void publish(word_type& g, std::uintptr_t lock) noexcept {
-        if constexpr (!Wait::parks) {
-            g.store(lock, std::memory_order_release);
-        } else {
-            if (publish_quiet(g, lock)) Env::wake_all(g);
-        }
+    // Spinning variants; the park variants' version is publish_quiet().
+    static void publish(word_type& g, std::uintptr_t lock) noexcept
+        requires(!Wait::parks)
+    {
+        g.store(lock, std::memory_order_release);
     }
-    // Park variants: publish() without the wake; true if it is owed. The old
-    // value can only be 0 or s: take s out and wake them all -- the one
-    // being let in, and multi-waiters, who set s again.
+    // Park variants: publish() as an exchange, whose old value says whether
+    // a wake is owed (true: the caller wakes, now or after the gate's
+    // release). The old value can only be 0 or s: take s out and wake them
+    // all -- the one being let in, and multi-waiters, who set s again.
     static bool publish_quiet(word_type& g, std::uintptr_t lock) noexcept
         requires(Wait::parks)
     {
