@@ -615,6 +615,9 @@ struct gate_spin {
     // by the combiner after that section's context came back to it through a
     // "done" (release/acquire): relaxed is enough.
     static void mark_ooo(tc_word* w) noexcept { w->state.fetch_or(tc_ooo, std::memory_order_relaxed); }
+    // Relaxed: read by the section that set it (or on a path ordered after
+    // it by the chain of delegation that runs that section).
+    static bool ooo_marked(tc_word* w) noexcept { return (w->state.load(std::memory_order_relaxed) & tc_ooo) != 0; }
     static bool take_ooo(tc_word* w) noexcept {
         if ((w->state.load(std::memory_order_relaxed) & tc_ooo) == 0) return false;
         w->state.fetch_and(~tc_ooo, std::memory_order_relaxed);
@@ -723,6 +726,8 @@ struct gate_shared {
         w->state.fetch_sub(rw_wcombining - rw_wp, std::memory_order_relaxed);
     }
     static void mark_ooo(tc_word* w) noexcept { w->state.fetch_or(rw_wooo, std::memory_order_relaxed); }
+    // Relaxed: as gate_spin::ooo_marked.
+    static bool ooo_marked(tc_word* w) noexcept { return (w->state.load(std::memory_order_relaxed) & rw_wooo) != 0; }
     static bool take_ooo(tc_word* w) noexcept {
         if ((w->state.load(std::memory_order_relaxed) & rw_wooo) == 0) return false;
         w->state.fetch_and(~rw_wooo, std::memory_order_relaxed);
@@ -743,6 +748,38 @@ bool take_ooo_of(tc_frame* f) noexcept {
     bool r = false;
     with_gate(f->kind, [&](auto g) { r = decltype(g)::take_ooo(f->lock); });
     return r;
+}
+
+// The running code is about to take `w` (lock() found it held, or
+// lock_shared() found a writer). If a combiner up its chain of delegation
+// runs it as w's section -- it was delegated for w, then for other locks,
+// and released w out of order, so w's release waits for that section to
+// come back to w's combiner -- taking w again would wait for itself. Move
+// the section home first: tclock_may_block() hands it back frame by frame,
+// and the frame below w's applies the deferred release on the way
+// (finish_done -> ooo_finish), so w is then an ordinary lock held by others
+// or free. The chain: our record's innermost frame, the request it runs
+// (curr), the frame that request was made from (outer), and so on; each
+// link was written before the request it leads to was queued, and we run
+// after that request was dequeued (acquire), so the walk reads settled
+// fields. One load when not delegated.
+void move_home_before_retaking(tc_word* w, const char* type) noexcept {
+    const tc_frame* found = nullptr;
+    for (const tc_frame* f = this_record()->frames; f != nullptr; f = f->curr->outer) {
+        if (f->lock == w) {
+            found = f;
+            break;
+        }
+    }
+    if (found == nullptr) return;
+#if SPINDLE_DEBUG_CHECKS
+    bool released = false;
+    with_gate(found->kind, [&](auto g) { released = decltype(g)::ooo_marked(w); });
+    if (!released) tc_misuse(w, type, "lock() by a critical section that already holds it");
+#else
+    (void)type;
+#endif
+    (void)spindle::tclock_may_block();
 }
 
 [[noreturn]] void ooo_finish(tc_qnode* q, tc_frame* of) noexcept;
@@ -925,6 +962,7 @@ struct core {
     }
 
     static void lock_slow(tc_word* w) noexcept {
+        move_home_before_retaking(w, G::name);  // see there; errno is kept by the move
         // The caller's errno, before anything here can call into libc: the
         // first contended lock() of a thread creates its record and maps its
         // ephemeral stack, and those calls may leave errno changed.
@@ -1049,6 +1087,7 @@ void tc_wake_sleepers(tc_word* w, tc_kind) noexcept {
 // 5. Readers of tclock_shared, misuse
 
 void tc_lock_shared_slow(tc_word* w) noexcept {
+    move_home_before_retaking(w, "tclock_shared");  // a writer section that released w out of order
     aux_lock(w);  // no writer phase starts while we hold it
     // readers += 1. Acquire: see below.
     w->state.fetch_add(rw_reader, std::memory_order_acquire);

@@ -582,6 +582,68 @@ TEST(TClockNested, OutOfOrderReleaseAcrossTwoCombiners) {
     EXPECT_EQ(now.ooo_finishes - before.ooo_finishes, 1u);
 }
 
+// A section delegated for l1 (to B) and then for l2 (to X) releases l1 out
+// of order -- the release waits for the section to come back to B -- and
+// then takes l1 again while it still holds l2. With any mutex that is
+// fine: l1 was released. Here the lock() must first move the section home
+// (applying the deferred release on the way); before it did, the section
+// queued on l1 behind B, which waited for the section: a deadlock.
+template <class L>
+void relock_after_out_of_order_release() {
+    L l1, l2;
+    const auto before = spindle::detail::tc_read_counters();
+    long own[3] = {}, in1[3] = {}, in2 = 0, relocked = 0, after_c = 0, x_own = 0, in_x = 0;
+    int count1 = 0;
+    std::thread x, y, h;
+    l2.lock();  // held by this thread until X and Y and B's proxy request are queued
+    queued(l1, 3, [&](int i) {
+        own[i] = tid();
+        l1.lock();
+        in1[i] = tid();
+        ++count1;
+        if (i == 1) {
+            l2.lock();  // contended: X runs what follows
+            in2 = tid();
+            l1.unlock();  // out of order: l1's combiner is B, not X
+            l1.lock();    // again, still holding l2
+            relocked = tid();
+            ++count1;
+            l1.unlock();
+            l2.unlock();
+            after_c = tid();
+            return;
+        }
+        l1.unlock();
+    }, [&] {
+        const void* t = tail_of(l2);
+        x = std::thread([&] { x_own = tid(); l2.lock(); in_x = tid(); l2.unlock(); });
+        while (tail_of(l2) == t) std::this_thread::yield();
+        h = std::thread([&, tx = tail_of(l2)] {
+            while (tail_of(l2) == tx) std::this_thread::yield();
+            const void* tb = tail_of(l2);
+            y = std::thread([&] { l2.lock(); l2.unlock(); });
+            while (tail_of(l2) == tb) std::this_thread::yield();
+            l2.unlock();
+        });
+    });
+    h.join();
+    x.join();
+    y.join();
+    EXPECT_EQ(in1[1], own[0]);     // C's l1 section ran on B
+    EXPECT_EQ(in2, x_own);         // its l2 part ran on X
+    EXPECT_EQ(in_x, x_own);
+    EXPECT_EQ(relocked, own[1]);   // moved home before it took l1 again
+    EXPECT_EQ(after_c, own[1]);
+    EXPECT_EQ(count1, 4);
+    const auto now = spindle::detail::tc_read_counters();
+    EXPECT_EQ(now.ooo_finishes - before.ooo_finishes, 1u);
+    EXPECT_GE(now.handbacks - before.handbacks, 1u);  // X gave the section back; B finished it (ooo)
+}
+
+TYPED_TEST(TClockTyped, RelockAfterOutOfOrderReleaseMovesTheSectionHome) {
+    relock_after_out_of_order_release<TypeParam>();
+}
+
 template <class L>
 void nested_stress(int depth, bool reverse_release, int iters) {
     const auto before = spindle::detail::tc_read_counters();
@@ -916,6 +978,26 @@ TEST(TClockMisuseDeathTest, UnlockOfUnlockedLockNamesTheLock) {
             m.unlock();
         },
         "spindle: tclock_shared 0x[0-9a-f]+: unlock of an unlocked lock");
+#else
+    GTEST_SKIP() << "misuse checks are off in this build (SPINDLE_DEBUG_CHECKS=0)";
+#endif
+}
+
+// A delegated section that takes the lock it is delegated for (and has not
+// released) would wait for itself; debug builds say so instead.
+TEST(TClockMisuseDeathTest, DelegatedSectionRelockingItsLockNamesTheLock) {
+#if SPINDLE_DEBUG_CHECKS
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            tclock m;
+            queued(m, 3, [&](int i) {
+                m.lock();
+                if (i == 1) m.lock();  // runs on thread 0, the combiner
+                m.unlock();
+            });
+        },
+        "spindle: tclock 0x[0-9a-f]+: lock\\(\\) by a critical section that already holds it");
 #else
     GTEST_SKIP() << "misuse checks are off in this build (SPINDLE_DEBUG_CHECKS=0)";
 #endif

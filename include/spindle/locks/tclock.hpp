@@ -169,6 +169,10 @@
 // that releases an outer lock A before B marks A `ooo`; A's combiner applies
 // the release when the section's context comes back to it (after B's
 // unlock), so locks are released in the reverse order of their acquisition.
+// A section that takes A again before that (hand-over-hand code that comes
+// back to A while it holds B) would wait for itself: its lock() of A first
+// moves the section home, as tclock_may_block() does, which applies the
+// deferred release on the way, and then queues for A like any thread.
 //
 // Undefined uses: unlock of a lock not held by the calling code; lock() of a
 // tclock the calling code already holds; calling lock() from a signal handler
