@@ -535,37 +535,37 @@ TEST(TClockSignal, HandlerRunsOnEphemeralStackWhileSectionIsDelegated) {
 
 // --- nesting and out-of-order release ----------------------------------------
 
-TEST(TClockNested, OutOfOrderReleaseAcrossTwoCombiners) {
-    tclock l1, l2;
-    const auto before = spindle::detail::tc_read_counters();
-    long own[3] = {}, in1[3] = {}, in2 = 0, after_c = 0, x_own = 0, y_own = 0, in_x = 0, in_y = 0;
+// Two combiners for one section. This thread holds l2 while three threads
+// queue on l1 (queued()): B first, then C, then one more, so B combines and
+// runs C's l1 section. Before l1 is released X queues on l2; once C's
+// section (on B) has queued on l2 behind X, Y queues behind it and h
+// releases l2, so X combines and runs the rest of C's section. `c_section`
+// is C's section once it holds l1; the others lock and unlock l1.
+struct two_combiners {
+    long own[3] = {}, in1[3] = {}, x_own = 0, y_own = 0, in_x = 0, in_y = 0;
+};
+template <class L>
+two_combiners run_across_two_combiners(L& l1, L& l2, const std::function<void()>& c_section) {
+    two_combiners r;
     std::thread x, y, h;
-    l2.lock();  // held by this thread until X and Y and B's proxy request are queued
+    l2.lock();
     queued(l1, 3, [&](int i) {
-        own[i] = tid();
+        r.own[i] = tid();
         l1.lock();
-        in1[i] = tid();
+        r.in1[i] = tid();
         if (i == 1) {
-            // C's section of l1, on B's thread: l2 is contended, so B queues
-            // for it on C's behalf and X (l2's combiner) runs what follows.
-            l2.lock();
-            in2 = tid();
-            l1.unlock();  // out of order: l1's combiner is B, not X
-            l2.unlock();
-            after_c = tid();
+            c_section();
             return;
         }
         l1.unlock();
     }, [&] {
         const void* t = tail_of(l2);
-        x = std::thread([&] { x_own = tid(); l2.lock(); in_x = tid(); l2.unlock(); });
+        x = std::thread([&] { r.x_own = tid(); l2.lock(); r.in_x = tid(); l2.unlock(); });
         while (tail_of(l2) == t) std::this_thread::yield();
-        // When queued() releases l1, B runs C's section, which queues on l2
-        // behind X; then Y queues, and h releases l2.
         h = std::thread([&, tx = tail_of(l2)] {
             while (tail_of(l2) == tx) std::this_thread::yield();
             const void* tb = tail_of(l2);
-            y = std::thread([&] { y_own = tid(); l2.lock(); in_y = tid(); l2.unlock(); });
+            y = std::thread([&] { r.y_own = tid(); l2.lock(); r.in_y = tid(); l2.unlock(); });
             while (tail_of(l2) == tb) std::this_thread::yield();
             l2.unlock();
         });
@@ -573,68 +573,60 @@ TEST(TClockNested, OutOfOrderReleaseAcrossTwoCombiners) {
     h.join();
     x.join();
     y.join();
-    EXPECT_EQ(in1[1], own[0]);    // C's l1 section ran on B
-    EXPECT_EQ(in2, x_own);        // its l2 part ran on X
-    EXPECT_EQ(in_x, x_own);
-    EXPECT_EQ(in_y, y_own);
-    EXPECT_EQ(after_c, own[1]);   // and C continued on its own thread
+    return r;
+}
+
+TEST(TClockNested, OutOfOrderReleaseAcrossTwoCombiners) {
+    tclock l1, l2;
+    const auto before = spindle::detail::tc_read_counters();
+    long in2 = 0, after_c = 0;
+    const two_combiners r = run_across_two_combiners(l1, l2, [&] {
+        // C's section of l1, on B's thread: l2 is contended, so B queues for
+        // it on C's behalf and X (l2's combiner) runs what follows.
+        l2.lock();
+        in2 = tid();
+        l1.unlock();  // out of order: l1's combiner is B, not X
+        l2.unlock();
+        after_c = tid();
+    });
+    EXPECT_EQ(r.in1[1], r.own[0]);  // C's l1 section ran on B
+    EXPECT_EQ(in2, r.x_own);        // its l2 part ran on X
+    EXPECT_EQ(r.in_x, r.x_own);
+    EXPECT_EQ(r.in_y, r.y_own);
+    EXPECT_EQ(after_c, r.own[1]);   // and C continued on its own thread
     const auto now = spindle::detail::tc_read_counters();
     EXPECT_EQ(now.ooo_finishes - before.ooo_finishes, 1u);
 }
 
-// A section delegated for l1 (to B) and then for l2 (to X) releases l1 out
-// of order -- the release waits for the section to come back to B -- and
-// then takes l1 again while it still holds l2. With any mutex that is
-// fine: l1 was released. Here the lock() must first move the section home
-// (applying the deferred release on the way); before it did, the section
-// queued on l1 behind B, which waited for the section: a deadlock.
+// C's section releases l1 out of order -- the release waits for the section
+// to come back to B -- and then takes l1 again while it still holds l2.
+// With any mutex that is fine: l1 was released. Here the lock() must first
+// move the section home (applying the deferred release on the way); before
+// it did, the section queued on l1 behind B, which waited for the section:
+// a deadlock.
 template <class L>
 void relock_after_out_of_order_release() {
     L l1, l2;
     const auto before = spindle::detail::tc_read_counters();
-    long own[3] = {}, in1[3] = {}, in2 = 0, relocked = 0, after_c = 0, x_own = 0, in_x = 0;
+    long in2 = 0, relocked = 0, after_c = 0;
     int count1 = 0;
-    std::thread x, y, h;
-    l2.lock();  // held by this thread until X and Y and B's proxy request are queued
-    queued(l1, 3, [&](int i) {
-        own[i] = tid();
-        l1.lock();
-        in1[i] = tid();
+    const two_combiners r = run_across_two_combiners(l1, l2, [&] {
         ++count1;
-        if (i == 1) {
-            l2.lock();  // contended: X runs what follows
-            in2 = tid();
-            l1.unlock();  // out of order: l1's combiner is B, not X
-            l1.lock();    // again, still holding l2
-            relocked = tid();
-            ++count1;
-            l1.unlock();
-            l2.unlock();
-            after_c = tid();
-            return;
-        }
+        l2.lock();  // contended: X runs what follows
+        in2 = tid();
+        l1.unlock();  // out of order: l1's combiner is B, not X
+        l1.lock();    // again, still holding l2
+        relocked = tid();
+        ++count1;
         l1.unlock();
-    }, [&] {
-        const void* t = tail_of(l2);
-        x = std::thread([&] { x_own = tid(); l2.lock(); in_x = tid(); l2.unlock(); });
-        while (tail_of(l2) == t) std::this_thread::yield();
-        h = std::thread([&, tx = tail_of(l2)] {
-            while (tail_of(l2) == tx) std::this_thread::yield();
-            const void* tb = tail_of(l2);
-            y = std::thread([&] { l2.lock(); l2.unlock(); });
-            while (tail_of(l2) == tb) std::this_thread::yield();
-            l2.unlock();
-        });
+        l2.unlock();
+        after_c = tid();
     });
-    h.join();
-    x.join();
-    y.join();
-    EXPECT_EQ(in1[1], own[0]);     // C's l1 section ran on B
-    EXPECT_EQ(in2, x_own);         // its l2 part ran on X
-    EXPECT_EQ(in_x, x_own);
-    EXPECT_EQ(relocked, own[1]);   // moved home before it took l1 again
-    EXPECT_EQ(after_c, own[1]);
-    EXPECT_EQ(count1, 4);
+    EXPECT_EQ(r.in1[1], r.own[0]);  // C's l1 section ran on B
+    EXPECT_EQ(in2, r.x_own);        // its l2 part ran on X
+    EXPECT_EQ(relocked, r.own[1]);  // moved home before it took l1 again
+    EXPECT_EQ(after_c, r.own[1]);
+    EXPECT_EQ(count1, 2);
     const auto now = spindle::detail::tc_read_counters();
     EXPECT_EQ(now.ooo_finishes - before.ooo_finishes, 1u);
     EXPECT_GE(now.handbacks - before.handbacks, 1u);  // X gave the section back; B finished it (ooo)
