@@ -10,6 +10,7 @@
 #include <atomic>
 
 #include <spindle/arch/context.hpp>  // cpu_relax
+#include <spindle/locks/detail/futex.hpp>  // raw_futex, raw_syscall6
 
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -45,19 +46,18 @@ inline int futex_wait_until(std::atomic<std::uint32_t>* word, std::uint32_t expe
         if (abs->tv_sec < 0) return ETIMEDOUT;  // the kernel calls that EINVAL
         if (c == CLOCK_REALTIME) op |= FUTEX_CLOCK_REALTIME;
     }
-    long r = ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, expected, abs, nullptr,
-                       FUTEX_BITSET_MATCH_ANY);
-    return r == 0 ? 0 : errno;
+    // The instruction, not syscall(): the caller's errno stays as it was
+    // (detail/futex.hpp).
+    const long r = spindle::detail::raw_futex(word, op, expected, abs, FUTEX_BITSET_MATCH_ANY);
+    return r == 0 ? 0 : static_cast<int>(-r);
 }
 
 inline void futex_wake_all(std::atomic<std::uint32_t>* word, bool shared = false) noexcept {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word),
-              shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, nullptr, 0);
+    spindle::detail::raw_futex(word, shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, INT_MAX, nullptr, 0);
 }
 
 inline void futex_wake_one(std::atomic<std::uint32_t>* word, bool shared = false) noexcept {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word),
-              shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+    spindle::detail::raw_futex(word, shared ? FUTEX_WAKE : FUTEX_WAKE_PRIVATE, 1, nullptr, 0);
 }
 
 // One step of a spin-wait for another thread's short operation: pause, and
@@ -67,7 +67,7 @@ inline void spin_step(unsigned& spins) noexcept {
     if (++spins < 128) {
         arch::cpu_relax();
     } else {
-        ::syscall(SYS_sched_yield);
+        spindle::detail::sched_yield_now();
         spins = 0;
     }
 }
@@ -99,7 +99,7 @@ bool poll_until(TryLock&& try_lock, clockid_t c, const struct timespec* abs) noe
         if (i < spin_tries) {
             arch::cpu_relax();
         } else if (i < spin_tries + yield_tries) {
-            ::syscall(SYS_sched_yield);
+            spindle::detail::sched_yield_now();
         } else {
             struct timespec now, rel;
             clock_gettime(c, &now);
@@ -110,7 +110,9 @@ bool poll_until(TryLock&& try_lock, clockid_t c, const struct timespec* abs) noe
             if (ns > 0) {
                 rel.tv_sec = 0;
                 rel.tv_nsec = ns;
-                nanosleep(&rel, nullptr);
+                // The instruction: no errno (EINTR), and not our own
+                // nanosleep interposer.
+                spindle::detail::raw_syscall6(SYS_nanosleep, reinterpret_cast<long>(&rel), 0, 0, 0, 0, 0);
             }
             if (sleep_ns < max_sleep_ns) sleep_ns *= 2;
         }

@@ -37,6 +37,7 @@
 #include <spindle/locks/tclock_shared.hpp>
 
 #include <spindle/arch/context.hpp>
+#include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/park_gate.hpp>  // park_gate_handoff_after_ns, park_gate_now_ns
 
 #include <linux/futex.h>
@@ -135,33 +136,13 @@ namespace {
 // 1. Raw system calls and the per-thread record
 
 // A waiting thread must not write its errno: a section run for it may be
-// writing that errno through an address computed before lock(). libc's
-// syscall() sets errno on failure (a futex wait often fails with EAGAIN), so
-// the waiting code uses the instruction directly.
-long raw_syscall4(long nr, long a, long b, long c, long d) noexcept {
-#if defined(__x86_64__)
-    long ret;
-    register long r10 __asm__("r10") = d;
-    __asm__ volatile("syscall" : "=a"(ret) : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10) : "rcx", "r11", "memory");
-    return ret;
-#elif defined(__aarch64__)
-    register long x8 __asm__("x8") = nr;
-    register long x0 __asm__("x0") = a;
-    register long x1 __asm__("x1") = b;
-    register long x2 __asm__("x2") = c;
-    register long x3 __asm__("x3") = d;
-    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3) : "memory");
-    return x0;
-#endif
-}
-
-void raw_futex_wait(std::atomic<std::uint32_t>* a, std::uint32_t expected) noexcept {
-    raw_syscall4(SYS_futex, reinterpret_cast<long>(a), FUTEX_WAIT_PRIVATE, expected, 0);
-}
-void raw_futex_wake(std::atomic<std::uint32_t>* a, int n) noexcept {
-    raw_syscall4(SYS_futex, reinterpret_cast<long>(a), FUTEX_WAKE_PRIVATE, n, 0);
-}
-void raw_yield() noexcept { raw_syscall4(SYS_sched_yield, 0, 0, 0, 0); }
+// writing that errno through an address computed before lock(). The futex
+// calls of detail/futex.hpp use the system call instruction, not libc's
+// syscall() (which sets errno on failure: a futex wait often fails with
+// EAGAIN).
+void raw_futex_wait(std::atomic<std::uint32_t>* a, std::uint32_t expected) noexcept { futex_wait(a, expected); }
+void raw_futex_wake(std::atomic<std::uint32_t>* a, int n) noexcept { futex_wake(a, n); }
+void raw_yield() noexcept { sched_yield_now(); }
 
 // One waiting step: PAUSE for a while, then give the CPU away each time (on
 // an oversubscribed machine the thread we wait for may need our CPU).

@@ -20,6 +20,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <mutex>
@@ -215,6 +216,32 @@ TYPED_TEST(LockTest, MutualExclusion) {
     });
     EXPECT_EQ(overlaps.load(), 0);
     EXPECT_EQ(counter, long{kThreads} * kIters);
+}
+
+// lock() and unlock() leave errno alone, as glibc's pthread_mutex_* do: a
+// program may take a mutex between a failed call and its read of errno. The
+// futex calls of the park variants fail with EAGAIN in normal use (the word
+// changed before the wait); libc's syscall() would store that in errno.
+// Threads outnumber CPUs and holders yield, so waiters sleep and wake.
+TYPED_TEST(LockTest, ErrnoIsLeftAlone) {
+    TypeParam l;
+    long counter = 0;
+    std::atomic<int> changed{0};
+    run_threads(kThreads, [&](int t) {
+        const int mine = 1000 + t;
+        for (int i = 0; i < kIters / 4; ++i) {
+            errno = mine;
+            l.lock();
+            if (errno != mine) changed.fetch_add(1, std::memory_order_relaxed);
+            ++counter;
+            if (i % 16 == 0) std::this_thread::yield();
+            errno = mine;
+            l.unlock();
+            if (errno != mine) changed.fetch_add(1, std::memory_order_relaxed);
+        }
+    });
+    EXPECT_EQ(changed.load(), 0);
+    EXPECT_EQ(counter, long{kThreads} * (kIters / 4));
 }
 
 TYPED_TEST(LockTest, TryLockMixedWithLock) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <cstdint>
 
+#include <cerrno>
 #include <ctime>
 
 #include <spindle/arch/context.hpp>  // cpu_relax
@@ -18,19 +19,60 @@
 
 namespace spindle::detail {
 
+// The system call instruction itself, not libc's syscall(): that one sets
+// errno on failure, and a futex wait fails with EAGAIN (the word changed) or
+// EINTR in normal use. Locking leaves errno as it found it, as glibc's
+// pthread_mutex_* do -- a program may take a mutex between a failed call and
+// its read of errno (to log it, say) -- and a TCLock waiter must not write
+// an errno that a section run for it may be writing (tclock.cpp). Returns
+// the kernel's result: >= 0, or -errno.
+inline long raw_syscall6(long nr, long a, long b, long c, long d, long e, long f) noexcept {
+#if defined(__x86_64__)
+    long ret;
+    register long r10 __asm__("r10") = d;
+    register long r8 __asm__("r8") = e;
+    register long r9 __asm__("r9") = f;
+    __asm__ volatile("syscall"
+                     : "=a"(ret)
+                     : "a"(nr), "D"(a), "S"(b), "d"(c), "r"(r10), "r"(r8), "r"(r9)
+                     : "rcx", "r11", "memory");
+    return ret;
+#elif defined(__aarch64__)
+    register long x8 __asm__("x8") = nr;
+    register long x0 __asm__("x0") = a;
+    register long x1 __asm__("x1") = b;
+    register long x2 __asm__("x2") = c;
+    register long x3 __asm__("x3") = d;
+    register long x4 __asm__("x4") = e;
+    register long x5 __asm__("x5") = f;
+    __asm__ volatile("svc 0" : "+r"(x0) : "r"(x8), "r"(x1), "r"(x2), "r"(x3), "r"(x4), "r"(x5) : "memory");
+    return x0;
+#else
+    const int saved = errno;
+    long r = ::syscall(nr, a, b, c, d, e, f);
+    if (r == -1) r = -errno;
+    errno = saved;
+    return r;
+#endif
+}
+
+inline long raw_futex(std::atomic<std::uint32_t>* addr, int op, std::uint32_t val, const struct timespec* ts,
+                      std::uint32_t val3) noexcept {
+    return raw_syscall6(SYS_futex, reinterpret_cast<long>(addr), op, static_cast<long>(val),
+                        reinterpret_cast<long>(ts), 0, static_cast<long>(val3));
+}
+
 inline void futex_wait(std::atomic<std::uint32_t>* addr, std::uint32_t expected) noexcept {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected,
-              nullptr, nullptr, 0);
+    raw_futex(addr, FUTEX_WAIT_PRIVATE, expected, nullptr, 0);
 }
 
 // The same with a relative timeout (null: none).
 inline void futex_wait_for(std::atomic<std::uint32_t>* addr, std::uint32_t expected,
                            const struct timespec* rel) noexcept {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT_PRIVATE, expected, rel,
-              nullptr, 0);
+    raw_futex(addr, FUTEX_WAIT_PRIVATE, expected, rel, 0);
 }
 
-inline void sched_yield_now() noexcept { ::syscall(SYS_sched_yield); }
+inline void sched_yield_now() noexcept { raw_syscall6(SYS_sched_yield, 0, 0, 0, 0, 0, 0); }
 
 // One step of waiting for an operation another thread has under way (a
 // transient state it will leave in a few instructions): spin, and now and
@@ -47,8 +89,7 @@ inline void backoff(unsigned& spins) noexcept {
 }
 
 inline void futex_wake(std::atomic<std::uint32_t>* addr, int count) noexcept {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAKE_PRIVATE, count, nullptr,
-              nullptr, 0);
+    raw_futex(addr, FUTEX_WAKE_PRIVATE, static_cast<std::uint32_t>(count), nullptr, 0);
 }
 
 // FUTEX_WAIT_BITSET / FUTEX_WAKE_BITSET: a wake reaches only the sleepers
@@ -57,13 +98,11 @@ inline void futex_wake(std::atomic<std::uint32_t>* addr, int count) noexcept {
 // queue). `bitset` must not be 0.
 inline void futex_wait_bitset(std::atomic<std::uint32_t>* addr, std::uint32_t expected,
                               std::uint32_t bitset) noexcept {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAIT_BITSET_PRIVATE, expected,
-              nullptr, nullptr, bitset);
+    raw_futex(addr, FUTEX_WAIT_BITSET_PRIVATE, expected, nullptr, bitset);
 }
 
 inline void futex_wake_bitset(std::atomic<std::uint32_t>* addr, int count, std::uint32_t bitset) noexcept {
-    ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(addr), FUTEX_WAKE_BITSET_PRIVATE, count, nullptr,
-              nullptr, bitset);
+    raw_futex(addr, FUTEX_WAKE_BITSET_PRIVATE, static_cast<std::uint32_t>(count), nullptr, bitset);
 }
 
 static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t),
