@@ -62,15 +62,8 @@ inline void futex_wake_one(std::atomic<std::uint32_t>* word, bool shared = false
 
 // One step of a spin-wait for another thread's short operation: pause, and
 // every 128 steps give the CPU up (on an oversubscribed machine the thread we
-// wait for may be the one that is not running).
-inline void spin_step(unsigned& spins) noexcept {
-    if (++spins < 128) {
-        arch::cpu_relax();
-    } else {
-        spindle::detail::sched_yield_now();
-        spins = 0;
-    }
-}
+// wait for may be the one that is not running): detail/futex.hpp's backoff.
+inline void spin_step(unsigned& spins) noexcept { spindle::detail::backoff(spins); }
 
 // The timed lock of a lock that cannot leave its queue.
 //

@@ -137,12 +137,9 @@ namespace {
 
 // A waiting thread must not write its errno: a section run for it may be
 // writing that errno through an address computed before lock(). The futex
-// calls of detail/futex.hpp use the system call instruction, not libc's
-// syscall() (which sets errno on failure: a futex wait often fails with
-// EAGAIN).
-void raw_futex_wait(std::atomic<std::uint32_t>* a, std::uint32_t expected) noexcept { futex_wait(a, expected); }
-void raw_futex_wake(std::atomic<std::uint32_t>* a, int n) noexcept { futex_wake(a, n); }
-void raw_yield() noexcept { sched_yield_now(); }
+// and yield calls of detail/futex.hpp (futex_wait, futex_wake,
+// sched_yield_now) use the system call instruction, not libc's syscall()
+// (which sets errno on failure: a futex wait often fails with EAGAIN).
 
 // One waiting step: PAUSE for a while, then give the CPU away each time (on
 // an oversubscribed machine the thread we wait for may need our CPU).
@@ -151,7 +148,7 @@ inline void wait_step(unsigned& spins) noexcept {
         ++spins;
         arch::cpu_relax();
     } else {
-        raw_yield();
+        sched_yield_now();
     }
 }
 
@@ -465,9 +462,13 @@ SPINDLE_ALWAYS_INLINE void enter_identity(thread_record* me, const tc_identity& 
     if (to.rec != me) to.rec->adopted_by.store(me, std::memory_order_relaxed);
     write_fs(to.fs);
 }
-// When `me`'s thread stops running code as `ident` (its context is saved).
-SPINDLE_ALWAYS_INLINE void leave_identity(thread_record* me, thread_record* ident) noexcept {
-    if (ident != me && ident != nullptr) ident->adopted_by.store(nullptr, std::memory_order_relaxed);
+// When `me`'s thread is about to save the context it runs, and so stops
+// running code as that context's identity: returns the identity to resume
+// it as. (adopted_by: relaxed, see thread_record.)
+SPINDLE_ALWAYS_INLINE tc_identity leave_identity(thread_record* me) noexcept {
+    const tc_identity ident = current_identity();
+    if (ident.rec != me && ident.rec != nullptr) ident.rec->adopted_by.store(nullptr, std::memory_order_relaxed);
+    return ident;
 }
 // Back to `me`'s own thread pointer, before switching into its own code.
 SPINDLE_ALWAYS_INLINE void enter_own(thread_record* me) noexcept { write_fs(me->own_fs); }
@@ -579,7 +580,7 @@ struct gate_spin {
                 // Every sleeper (tclock_blocking): the head, and a stack-less
                 // waiter if one sleeps too; the one that finds the gate its
                 // own takes it, the others sleep again.
-                if ((s & tc_sleeper) != 0) raw_futex_wake(&w->state, INT_MAX);
+                if ((s & tc_sleeper) != 0) futex_wake(&w->state, INT_MAX);
                 return;
             }
         }
@@ -600,7 +601,7 @@ struct gate_spin {
     // it by the chain of delegation that runs that section).
     static bool ooo_marked(tc_word* w) noexcept { return (w->state.load(std::memory_order_relaxed) & tc_ooo) != 0; }
     static bool take_ooo(tc_word* w) noexcept {
-        if ((w->state.load(std::memory_order_relaxed) & tc_ooo) == 0) return false;
+        if (!ooo_marked(w)) return false;
         w->state.fetch_and(~tc_ooo, std::memory_order_relaxed);
         return true;
     }
@@ -632,7 +633,7 @@ struct gate_blocking : gate_spin {
             }
             if (spins < head_park_after) {
                 ++spins;
-                if (spins < 128) arch::cpu_relax(); else raw_yield();
+                if (spins < 128) arch::cpu_relax(); else sched_yield_now();
                 continue;
             }
             std::uint32_t want = s | tc_sleeper;
@@ -642,7 +643,7 @@ struct gate_blocking : gate_spin {
                 !w->state.compare_exchange_weak(s, want, std::memory_order_relaxed, std::memory_order_relaxed))
                 continue;
             if (since == 0) since = park_gate_now_ns();
-            raw_futex_wait(&w->state, want);
+            futex_wait(&w->state, want);
         }
     }
 };
@@ -658,10 +659,10 @@ void aux_lock(tc_word* w) noexcept {
         c = 0;
         if (w->aux.compare_exchange_weak(c, 1, std::memory_order_acquire, std::memory_order_relaxed)) return;
     }
-    while (w->aux.exchange(2, std::memory_order_acquire) != 0) raw_futex_wait(&w->aux, 2);
+    while (w->aux.exchange(2, std::memory_order_acquire) != 0) futex_wait(&w->aux, 2);
 }
 void aux_unlock(tc_word* w) noexcept {
-    if (w->aux.exchange(0, std::memory_order_release) == 2) raw_futex_wake(&w->aux, 1);
+    if (w->aux.exchange(0, std::memory_order_release) == 2) futex_wake(&w->aux, 1);
 }
 
 struct gate_shared {
@@ -697,7 +698,7 @@ struct gate_shared {
     }
     static void release(tc_word* w) noexcept {
         const std::uint32_t old = w->state.fetch_and(~(rw_writer_mask | rw_rsleep), std::memory_order_release);
-        if (old & rw_rsleep) raw_futex_wake(&w->state, INT_MAX);
+        if (old & rw_rsleep) futex_wake(&w->state, INT_MAX);
     }
     // Readers change other bits concurrently: read-modify-writes throughout.
     static void begin_combining(tc_word* w) noexcept {
@@ -710,7 +711,7 @@ struct gate_shared {
     // Relaxed: as gate_spin::ooo_marked.
     static bool ooo_marked(tc_word* w) noexcept { return (w->state.load(std::memory_order_relaxed) & rw_wooo) != 0; }
     static bool take_ooo(tc_word* w) noexcept {
-        if ((w->state.load(std::memory_order_relaxed) & rw_wooo) == 0) return false;
+        if (!ooo_marked(w)) return false;
         w->state.fetch_and(~rw_wooo, std::memory_order_relaxed);
         return true;
     }
@@ -778,7 +779,7 @@ struct core {
     static void notify(tc_qnode* q, std::uint32_t v) noexcept {
         if constexpr (G::parks) {
             const bool slept = q->was_parked;
-            if (q->state.exchange(v, std::memory_order_acq_rel) == q_parked || slept) raw_futex_wake(&q->state, 1);
+            if (q->state.exchange(v, std::memory_order_acq_rel) == q_parked || slept) futex_wake(&q->state, 1);
         } else {
             q->state.store(v, std::memory_order_release);
         }
@@ -806,12 +807,12 @@ struct core {
                     // comes first (the CAS fails) or sees q_parked and wakes us.
                     if (q->state.compare_exchange_strong(e, q_parked, std::memory_order_acq_rel,
                                                          std::memory_order_acquire)) {
-                        while (q->state.load(std::memory_order_acquire) == q_parked) raw_futex_wait(&q->state, q_parked);
+                        while (q->state.load(std::memory_order_acquire) == q_parked) futex_wait(&q->state, q_parked);
                     }
                     continue;
                 }
                 ++spins;
-                if (spins < 128) arch::cpu_relax(); else raw_yield();
+                if (spins < 128) arch::cpu_relax(); else sched_yield_now();
             } else {
                 wait_step(spins);
             }
@@ -967,8 +968,7 @@ struct core {
         q->err0 = caller_errno;
         if (adopt) {
             // We run as `land.ident`; the ephemeral frame runs as our thread.
-            land.ident = current_identity();
-            leave_identity(rec, land.ident.rec);
+            land.ident = leave_identity(rec);
             enter_own(rec);
         }
         switch_from(&land.ctx, &q->eph, false);
@@ -1011,8 +1011,7 @@ struct core {
         ul.err_end = *errno_loc();
         cur->resume = &ul;
         if (adopting()) {
-            ul.ident = current_identity();
-            leave_identity(rec, ul.ident.rec);
+            ul.ident = leave_identity(rec);
         }
         end_of_section(f, cur, &ul.ctx, false);
         // Resumed on the requester's thread (or the thread it delegated
@@ -1061,7 +1060,7 @@ void tc_wake_sleepers(tc_word* w, tc_kind) noexcept {
     // All of them: readers (tclock_shared); the head and, rarely, a
     // stack-less waiter (tclock_blocking) -- a wake of one could leave the
     // other asleep with the bit gone. The cost is the same with one sleeper.
-    raw_futex_wake(&w->state, INT_MAX);
+    futex_wake(&w->state, INT_MAX);
 }
 
 // ---------------------------------------------------------------------------
@@ -1081,7 +1080,7 @@ void tc_lock_shared_slow(tc_word* w) noexcept {
         if ((s & rw_writer_mask) == 0) break;
         if (spins < park_after) {
             ++spins;
-            if (spins < 128) arch::cpu_relax(); else raw_yield();
+            if (spins < 128) arch::cpu_relax(); else sched_yield_now();
             continue;
         }
         // Same protocol as the blocking head: set rsleep on the value seen,
@@ -1089,7 +1088,7 @@ void tc_lock_shared_slow(tc_word* w) noexcept {
         if ((s & rw_rsleep) == 0 &&
             !w->state.compare_exchange_weak(s, s | rw_rsleep, std::memory_order_relaxed, std::memory_order_relaxed))
             continue;
-        raw_futex_wait(&w->state, s | rw_rsleep);
+        futex_wait(&w->state, s | rw_rsleep);
     }
     aux_unlock(w);
 }
@@ -1132,8 +1131,7 @@ bool tclock_may_block() noexcept {
         f->to_notify = cur;
         g_handbacks.fetch_add(1, std::memory_order_relaxed);
         if (adopting()) {
-            ul.ident = current_identity();
-            leave_identity(rec, ul.ident.rec);
+            ul.ident = leave_identity(rec);
             enter_own(rec);
         }
         switch_from(&ul.ctx, &f->loop, false);
