@@ -65,8 +65,8 @@ aarch64: deps-check
 tools-test: deps-check
 	$(PYTHON) -m unittest tools/test_bench.py
 
-# xz, zstd, python3 and sort under libspindle_preload.so, every SPINDLE_LOCK
-# value (under a minute).
+# xz, zstd, python3, LevelDB and sort under libspindle_preload.so, then
+# CPython's own threading tests, every SPINDLE_LOCK value (about 3 minutes).
 preload-real: deps-check
 	$(call build,release)
 	scripts/preload-real-programs.sh build/release/preload/libspindle_preload.so

@@ -13,21 +13,33 @@ case $what in
   *) echo "deps.sh: unknown set '$what' (build, bench or check)" >&2; exit 2 ;;
 esac
 
-missing=()
-for p in "${pkgs[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
-    missing+=("$p")
+# Installs (as root) or names the packages of "$@" that are not installed.
+updated=0
+ensure() {
+  local missing=() p
+  for p in "$@"; do
+    if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+      missing+=("$p")
+    fi
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  if [[ $(id -u) -eq 0 ]]; then
+    echo "spindle: installing ${missing[*]}" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    [[ $updated -eq 1 ]] || apt-get update -qq >/dev/null
+    updated=1
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  else
+    echo "spindle: missing Debian packages. Install them with:" >&2
+    echo "  sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    exit 1
   fi
-done
-[[ ${#missing[@]} -eq 0 ]] && exit 0
+}
+ensure "${pkgs[@]}"
 
-if [[ $(id -u) -eq 0 ]]; then
-  echo "spindle: installing ${missing[*]}" >&2
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq >/dev/null
-  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-else
-  echo "spindle: missing Debian packages. Install them with:" >&2
-  echo "  sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
-  exit 1
+# CPython's own threading tests (scripts/preload-real-programs.sh) come in a
+# package named after the python3 the system has, known once it is installed.
+if [[ $what == check ]]; then
+  minor=$(/usr/bin/python3 -c 'import sys; print(sys.version_info[1])')
+  ensure "libpython3.$minor-testsuite"
 fi
