@@ -60,7 +60,9 @@
 // Workloads (records: suite "locks"):
 //   mutexbench      T in {1, 2} (--quick) or 1, 2, 4, 8, 16, ... (--full;
 //                   --threads LIST), sections (cs_lines, ncs_ns) in {(0, 0),
-//                   (2, 200)} (quick) or more (full; --sections LIST).
+//                   (2, 200)} (quick; and at T = 2 also (4, 0), (16, 0)
+//                   and (16, 200), for the TCLock target) or more (full;
+//                   --sections LIST).
 //                   Metric: T = 1: ns_per_op (uncontended latency); T >= 2:
 //                   ops_per_s (throughput of all threads together).
 //                   Reference: hemlock.
@@ -658,42 +660,48 @@ void bench_mutex(harness& h, const run_options& o, results& res, const std::stri
         if (h.quick()) secs = {{0, 0}, {2, 200}};
         else secs = {{0, 0}, {1, 200}, {4, 200}, {16, 200}};
     }
+    std::vector<std::pair<section, unsigned>> runs;  // (section, threads), in order
+    for (const section& sec : secs)
+        for (unsigned t : ts) runs.push_back({sec, t});
+    // The TCLock target (2 threads, sections that write 4-16 lines: tclock >=
+    // mcs) also in the quick suite, where the sections above write fewer.
+    if (h.quick() && !oversub && o.sections.empty() && o.threads.empty())
+        for (section sec : {section{4, 0}, section{16, 0}, section{16, 200}}) runs.push_back({sec, 2});
     double window_ms = o.window_ms > 0 ? o.window_ms : (oversub ? 50 : 30) * (h.full() ? 3 : 1);
     const std::string reference = oversub ? std::string("pthread") : g_reference;
-    for (const section& sec : secs)
-        for (unsigned t : ts) {
-            setup s;
-            s.threads = t;
-            s.sec = sec;
-            s.window_ns = window_ms * 1e6;
-            s.warmup_ns = oversub ? 10e6 : 5e6;
-            s.latency = t == 1;
-            std::vector<variant> vs;
-            for (const lock_entry& e : all_locks()) {
-                if (!lock_wanted(o, e.name)) continue;
-                const bool ref = e.name == reference;
-                std::string note = e.note + "; waits: " + waits_name(e.how);
-                if (ref) note += "; " + section_note(sec);
-                const std::string who = workload + "/" + e.name;
-                auto fn = e.measure;
-                const bool always_runnable = t == 1 || e.how == waits::spin;
-                vs.push_back(variant(
-                    e.name,
-                    [s, fn, who, always_runnable] {
-                        const double v = fn(s, who.c_str());
-                        if (always_runnable) g_cpu_shares.push_back(g_last_cpu_share);
-                        return v;
-                    },
-                    ref, note));
-            }
-            if (vs.empty()) continue;
-            params ps{{"threads", t}, {"cs_lines", sec.cs_lines}, {"ncs_ns", sec.ncs_ns}};
-            if (oversub) ps.push_back({"cpus", g_cpus});
-            const metric m = s.latency ? metric{"ns_per_op", false} : metric{"ops_per_s", true};
-            (void)take_cpu_shares();
-            res.by_key[key(workload, t, sec)] = h.compare(workload, ps, m, vs, h.reps(5, 9));
-            note_cpu_share(workload, t, sec, take_cpu_shares());
+    for (const auto& [sec, t] : runs) {
+        setup s;
+        s.threads = t;
+        s.sec = sec;
+        s.window_ns = window_ms * 1e6;
+        s.warmup_ns = oversub ? 10e6 : 5e6;
+        s.latency = t == 1;
+        std::vector<variant> vs;
+        for (const lock_entry& e : all_locks()) {
+            if (!lock_wanted(o, e.name)) continue;
+            const bool ref = e.name == reference;
+            std::string note = e.note + "; waits: " + waits_name(e.how);
+            if (ref) note += "; " + section_note(sec);
+            const std::string who = workload + "/" + e.name;
+            auto fn = e.measure;
+            const bool always_runnable = t == 1 || e.how == waits::spin;
+            vs.push_back(variant(
+                e.name,
+                [s, fn, who, always_runnable] {
+                    const double v = fn(s, who.c_str());
+                    if (always_runnable) g_cpu_shares.push_back(g_last_cpu_share);
+                    return v;
+                },
+                ref, note));
         }
+        if (vs.empty()) continue;
+        params ps{{"threads", t}, {"cs_lines", sec.cs_lines}, {"ncs_ns", sec.ncs_ns}};
+        if (oversub) ps.push_back({"cpus", g_cpus});
+        const metric m = s.latency ? metric{"ns_per_op", false} : metric{"ops_per_s", true};
+        (void)take_cpu_shares();
+        res.by_key[key(workload, t, sec)] = h.compare(workload, ps, m, vs, h.reps(5, 9));
+        note_cpu_share(workload, t, sec, take_cpu_shares());
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1027,6 +1035,15 @@ void print_targets(const results& res, const run_options& o) {
         for (const char* other : {"mcs", "clh"}) target_line(ss, ref, other, goal::at_least, 1.0);
         for (const char* other : {"pthread", "std_mutex", "tas", "ttas", "ticket"})
             if (other != ref) target_line(ss, ref, other, goal::none, 0);
+    }
+    // TCLocks: delegation keeps the section's lines in the combiner's cache.
+    for (const auto& [k, ss] : res.by_key) {
+        unsigned lines = 0, ncs = 0;
+        if (std::sscanf(k.c_str(), "mutexbench t=2 %u:%u", &lines, &ncs) != 2 || lines < 4 || lines > 16) continue;
+        std::fprintf(stderr, "  2 threads, sections writing %u lines, %u ns outside (ops/s; X / mcs%s):\n", lines, ncs,
+                     share_text(k).c_str());
+        target_line(&ss, "tclock", "mcs", goal::at_least, 1.0);
+        for (const char* other : {"tclock_blocking", "hemlock", "pthread"}) target_line(&ss, other, "mcs", goal::none, 0);
     }
     for (const auto& [k, ss] : res.by_key) {
         if (k.rfind("oversubscribed", 0) != 0) continue;
