@@ -141,7 +141,7 @@ TYPED_TEST(TClockTyped, MutualExclusionOversubscribed) {
     std::vector<std::thread> ts;
     for (int t = 0; t < stress_threads; ++t)
         ts.emplace_back([&] {
-            const pthread_t me = ::pthread_self();
+            const long me = tid();
             std::uint64_t mine = 0;
             ready.fetch_add(1);
             while (ready.load() < stress_threads) std::this_thread::yield();
@@ -152,9 +152,9 @@ TYPED_TEST(TClockTyped, MutualExclusionOversubscribed) {
                 // section: everybody else queues behind it, and the next
                 // head combines a long batch.
                 if (i % 16 == 0) std::this_thread::yield();
-                // pthread_self() is the running thread's: the combiner's
-                // when the section was delegated.
-                if (!::pthread_equal(running_thread(), me)) ++mine;
+                // The kernel thread is the combiner's when the section was
+                // delegated (pthread_self() may be ours: adoption).
+                if (tid() != me) ++mine;
                 m.unlock();
                 if (i % 64 == 0) std::this_thread::yield();
             }
@@ -472,64 +472,100 @@ TEST(TClockIdentity, DelegatedSectionRunsAsItsOwnThread) {
 
 std::atomic<int> g_sig_count{0};
 std::atomic<std::uintptr_t> g_sig_sp{0};
+// A careless handler: it writes errno and does not restore it.
 [[maybe_unused]] void on_usr1(int) {
     volatile char probe = 0;
     g_sig_sp.store(reinterpret_cast<std::uintptr_t>(&probe), std::memory_order_relaxed);
+    errno = 99;
     g_sig_count.fetch_add(1, std::memory_order_release);
 }
 
-TEST(TClockSignal, HandlerRunsOnEphemeralStackWhileSectionIsDelegated) {
+// A signal sent to a thread whose section a combiner runs. Without thread
+// pointer adoption the section runs as the combiner's thread: the handler
+// runs at once on the waiter's ephemeral stack (not its own), beside the
+// section, and touches nothing of it. With adoption the section runs as the
+// waiter's own thread, so its handler would share the section's errno and
+// thread-locals: the waiter holds its signals until the section is over,
+// and the handler runs then, still on the ephemeral stack. In both modes
+// the section's errno is its own.
+TEST(TClockSignal, SignalToAWaiterWhoseSectionIsDelegated) {
 #if SPINDLE_TSAN
     GTEST_SKIP() << "TSan delivers a signal only when the thread enters an intercepted call; a waiter "
                     "waits with raw system calls, so the handler would run only after the wait";
 #else
-    struct sigaction sa {}, old{};
-    sa.sa_handler = &on_usr1;  // no SA_ONSTACK: the handler runs on the current stack
-    sigemptyset(&sa.sa_mask);
-    ASSERT_EQ(::sigaction(SIGUSR1, &sa, &old), 0);
-    g_sig_count.store(0);
-    tclock m;
-    long own[3] = {}, inside[3] = {};
-    std::uintptr_t main_lo = 0, main_hi = 0;
-    bool intact = false;
-    queued(m, 3, [&](int i) {
-        own[i] = tid();
-        const pthread_t me = ::pthread_self();
-        if (i == 1) {
-            pthread_attr_t a;
-            void* lo;
-            std::size_t sz;
-            ::pthread_getattr_np(me, &a);
-            ::pthread_attr_getstack(&a, &lo, &sz);
-            ::pthread_attr_destroy(&a);
-            main_lo = reinterpret_cast<std::uintptr_t>(lo);
-            main_hi = main_lo + sz;
+    struct restore {
+        bool was = spindle::tclock_adopts_thread_pointer();
+        ~restore() { spindle::tclock_adopt_thread_pointer(was); }
+    } r;
+    for (bool adopt : {false, true}) {
+        const bool on = spindle::tclock_adopt_thread_pointer(adopt);
+        if (adopt && !on) {
+            std::printf("    thread pointer adoption is not available here (CPU, kernel or sanitizer build)\n");
+            continue;
         }
-        volatile std::uint64_t canary[32];
-        for (int k = 0; k < 32; ++k) canary[k] = 0x5eed0000u + k;
-        m.lock();
-        inside[i] = tid();
-        if (i == 1) {
-            // Running on B's thread: signal C's own thread, which waits on its
-            // ephemeral stack, and wait until its handler ran. By kernel
-            // thread id: with the thread pointer adopted, pthread_kill() of
-            // our own pthread_t signals the running (kernel) thread, B.
-            ::syscall(SYS_tgkill, ::getpid(), own[1], SIGUSR1);
-            while (g_sig_count.load(std::memory_order_acquire) == 0) std::this_thread::yield();
-        }
-        m.unlock();
-        if (i == 1) {
-            bool ok = true;
-            for (int k = 0; k < 32; ++k) ok = ok && canary[k] == 0x5eed0000u + k;
-            intact = ok;
-        }
-    });
-    ::sigaction(SIGUSR1, &old, nullptr);
-    ASSERT_EQ(inside[1], own[0]);
-    EXPECT_EQ(g_sig_count.load(), 1);
-    const std::uintptr_t sp = g_sig_sp.load();
-    EXPECT_FALSE(sp >= main_lo && sp < main_hi) << "the handler ran on the waiter's own stack";
-    EXPECT_TRUE(intact);
+        SCOPED_TRACE(on ? "adoption on" : "adoption off");
+        struct sigaction sa {}, old{};
+        sa.sa_handler = &on_usr1;  // no SA_ONSTACK: the handler runs on the current stack
+        sigemptyset(&sa.sa_mask);
+        ASSERT_EQ(::sigaction(SIGUSR1, &sa, &old), 0);
+        g_sig_count.store(0);
+        tclock m;
+        long own[3] = {}, inside[3] = {};
+        std::uintptr_t main_lo = 0, main_hi = 0;
+        bool intact = false;
+        int ran_during = -1, errno_in = -1;
+        queued(m, 3, [&](int i) {
+            own[i] = tid();
+            const pthread_t me = ::pthread_self();
+            if (i == 1) {
+                pthread_attr_t a;
+                void* lo;
+                std::size_t sz;
+                ::pthread_getattr_np(me, &a);
+                ::pthread_attr_getstack(&a, &lo, &sz);
+                ::pthread_attr_destroy(&a);
+                main_lo = reinterpret_cast<std::uintptr_t>(lo);
+                main_hi = main_lo + sz;
+            }
+            volatile std::uint64_t canary[32];
+            for (int k = 0; k < 32; ++k) canary[k] = 0x5eed0000u + k;
+            m.lock();
+            inside[i] = tid();
+            if (i == 1) {
+                // Running on B's thread: signal C's own thread, which waits on
+                // its ephemeral stack. By kernel thread id: with the thread
+                // pointer adopted, pthread_kill() of our own pthread_t signals
+                // the running (kernel) thread, B.
+                errno = 7;
+                ::syscall(SYS_tgkill, ::getpid(), own[1], SIGUSR1);
+                if (on) {
+                    // Held: give it every chance to run anyway (a few hundred
+                    // time slices of C's), then look.
+                    for (int k = 0; k < 2000 && g_sig_count.load(std::memory_order_acquire) == 0; ++k)
+                        std::this_thread::yield();
+                } else {
+                    while (g_sig_count.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+                }
+                ran_during = g_sig_count.load(std::memory_order_acquire);
+                errno_in = errno;
+            }
+            m.unlock();
+            if (i == 1) {
+                bool ok = true;
+                for (int k = 0; k < 32; ++k) ok = ok && canary[k] == 0x5eed0000u + k;
+                intact = ok;
+            }
+        });
+        ::sigaction(SIGUSR1, &old, nullptr);
+        ASSERT_EQ(inside[1], own[0]);
+        EXPECT_EQ(ran_during, on ? 0 : 1) << (on ? "the handler ran beside the section, as its thread"
+                                                 : "the handler did not run while the section ran");
+        EXPECT_EQ(errno_in, 7) << "a handler on the waiting thread changed the section's errno";
+        EXPECT_EQ(g_sig_count.load(), 1);
+        const std::uintptr_t sp = g_sig_sp.load();
+        EXPECT_FALSE(sp >= main_lo && sp < main_hi) << "the handler ran on the waiter's own stack";
+        EXPECT_TRUE(intact);
+    }
 #endif
 }
 

@@ -91,7 +91,13 @@
 // delivery (a signal sent to the waiter's pthread_t from inside the section
 // -- pthread_kill(pthread_self()) included -- goes to the combiner's kernel
 // thread, and a handler that runs during the section sees the waiter's
-// thread_local variables), scheduling, CPU time. Without adoption
+// thread_local variables), scheduling, CPU time. A signal sent to the
+// *waiting* thread meanwhile is held (blocked, by raw system calls) from
+// just before its request can be found until its wait is over, and its
+// handler runs then, on the ephemeral stack: run at once, it would run
+// beside the section's code, in the same errno and thread_local variables.
+// glibc's own SIGCANCEL and SIGSETXID are not held (its pthread_sigmask
+// never blocks them either). Without adoption
 // (elsewhere, or SPINDLE_TCLOCK_ADOPT=0):
 //
 //   * errno: spindle carries it both ways. The section starts with the errno
