@@ -35,7 +35,10 @@
 
 /* preload_early.c: what its constructor saw, before ours ran. */
 extern pthread_mutex_t early_mutex;
-extern int early_lock_word_used, early_glibc_word_used, early_results_ok;
+extern int early_lock_word_used, early_glibc_word_used, early_results_ok, early_thread_started;
+extern pthread_mutex_t early_counter_mutex;
+extern long early_counter, early_expected;
+void early_join(void);
 
 /* The library's own functions: null when it is not loaded. */
 extern const char* spindle_preload_lock_name(void) __attribute__((weak));
@@ -138,6 +141,12 @@ static void test_interposed(void) {
     CHECK_EQ(early_results_ok, 1);
     CHECK_EQ(early_lock_word_used, g_ours);
     CHECK_EQ(early_glibc_word_used, !g_ours);
+    /* The thread it started contended with it across our constructor. */
+    CHECK_EQ(early_thread_started, 1);
+    early_join();
+    CHECK_EQ(pthread_mutex_lock(&early_counter_mutex), 0);
+    CHECK_EQ(early_counter, early_expected);
+    CHECK_EQ(pthread_mutex_unlock(&early_counter_mutex), 0);
     pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
     CHECK_EQ(pthread_mutex_lock(&m), 0);
     check_layout_held(&m);
@@ -1432,6 +1441,7 @@ int main(int argc, char** argv) {
     if (iters != NULL) g_iters = atol(iters);
 
     const char* mode = argc > 1 ? argv[1] : "all";
+    early_join(); /* the early library's thread, whatever the mode (checked in test_interposed) */
     if (strcmp(mode, "quiet") == 0) return 0;
     if (strcmp(mode, "contend") == 0) return contended_workload();
     test_interposed();
