@@ -1067,8 +1067,13 @@ struct core {
     g_ooo_finishes.fetch_add(1, std::memory_order_relaxed);
     tc_qnode* const cur = of->curr;
     unlock_landing* const ul = q->resume;
+    // The errno the section ended with. With thread pointer adoption every
+    // runner ran it as its own thread, so err_end (read by its last runner
+    // at the unlock) is that thread's errno, exactly; this frame runs as our
+    // own thread, whose errno is not the section's. Without, a write the
+    // section made through an address computed on this thread is here.
     int* const e = errno_loc();
-    const int effective = (*e == q->err0) ? ul->err_end : *e;
+    const int effective = (adopting() || *e == q->err0) ? ul->err_end : *e;
     ul->err0 = cur->err0;
     ul->err_end = effective;
     cur->resume = ul;
