@@ -319,10 +319,38 @@ TYPED_TEST(TClockTyped, ExceptionInsideDelegatedSection) {
 
 // --- errno ------------------------------------------------------------------
 
+// errno is carried by every TCLock (tclock_shared's writers included), with
+// the thread pointer adopted or not (the suite also runs with
+// SPINDLE_TCLOCK_ADOPT=0): the section starts with the errno its own thread
+// had at lock(), its own thread's errno after unlock() is what the section
+// ended with, and a combiner's errno is its own again when its own section
+// runs. Each test builds its queue with queued(), so thread 1's section is
+// delegated to thread 0 every time (checked first).
+template <class L>
+class TClockErrno : public ::testing::Test {};
+TYPED_TEST_SUITE(TClockErrno, lock_types);
+
+// The errno of the thread pointer that runs now, through an address computed
+// now (not one the compiler kept from before lock(): __errno_location is
+// `const`).
+[[gnu::noinline]] int running_errno() {
+    int* p = &errno;
+    __asm__ volatile("" : "+r"(p));
+    return *p;
+}
+// errno's address, computed now and kept: written through inside a section,
+// it is the errno of the thread that called lock(), whoever runs the section.
+[[gnu::noinline]] int* errno_address() {
+    int* p = &errno;
+    __asm__ volatile("" : "+r"(p));
+    return p;
+}
+
 // errno is read before lock() and written inside the section in the same
 // function: at -O2/-O3 the compiler may compute its address once (it is
 // `const`), so the write may go straight to the waiter's errno.
-[[gnu::noinline]] int cs_sets_errno_direct(tclock& m, int v, long* inside) {
+template <class L>
+[[gnu::noinline]] int cs_sets_errno_direct(L& m, int v, long* inside) {
     const int before = errno;
     m.lock();
     *inside = tid();
@@ -330,25 +358,38 @@ TYPED_TEST(TClockTyped, ExceptionInsideDelegatedSection) {
     m.unlock();
     return before;
 }
+// The same through an address certainly computed before lock().
+template <class L>
+[[gnu::noinline]] void cs_sets_errno_cached(L& m, int v, long* inside) {
+    int* const e = errno_address();
+    m.lock();
+    *inside = tid();
+    *e = v;
+    m.unlock();
+}
 // A libc call inside the section sets the running (combiner's) errno.
-[[gnu::noinline]] void cs_sets_errno_libc(tclock& m, long* inside) {
+template <class L>
+[[gnu::noinline]] void cs_sets_errno_libc(L& m, long* inside) {
     m.lock();
     *inside = tid();
     (void)::close(-1);  // EBADF
     m.unlock();
 }
-// The section reads errno: it must see the value its own thread had.
-[[gnu::noinline]] int cs_reads_errno(tclock& m, long* inside) {
+// The section reads errno: it must see the value its own thread had. With
+// `fail`, it then makes a libc call fail (EBADF in the running errno).
+template <class L>
+[[gnu::noinline]] int cs_reads_errno(L& m, long* inside, bool fail = false) {
     m.lock();
     *inside = tid();
     const int seen = errno;
+    if (fail) (void)::close(-1);
     m.unlock();
     return seen;
 }
 
-TEST(TClockErrno, DirectWriteInDelegatedSectionReachesWaiter) {
+TYPED_TEST(TClockErrno, DirectWriteInDelegatedSectionReachesWaiter) {
     for (int round = 0; round < 20; ++round) {
-        tclock m;
+        TypeParam m;
         long own[3] = {}, inside[3] = {};
         int after[3] = {};
         queued(m, 3, [&](int i) {
@@ -362,8 +403,22 @@ TEST(TClockErrno, DirectWriteInDelegatedSectionReachesWaiter) {
     }
 }
 
-TEST(TClockErrno, LibcErrnoInDelegatedSectionReachesWaiter) {
-    tclock m;
+TYPED_TEST(TClockErrno, CachedAddressWriteInDelegatedSectionReachesWaiter) {
+    TypeParam m;
+    long own[3] = {}, inside[3] = {};
+    int after[3] = {};
+    queued(m, 3, [&](int i) {
+        own[i] = tid();
+        errno = 0;
+        cs_sets_errno_cached(m, 2000 + i, &inside[i]);
+        after[i] = running_errno();
+    });
+    ASSERT_EQ(inside[1], own[0]);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(after[i], 2000 + i) << i;
+}
+
+TYPED_TEST(TClockErrno, LibcErrnoInDelegatedSectionReachesWaiter) {
+    TypeParam m;
     long own[3] = {}, inside[3] = {};
     int after[3] = {};
     queued(m, 3, [&](int i) {
@@ -376,25 +431,73 @@ TEST(TClockErrno, LibcErrnoInDelegatedSectionReachesWaiter) {
     for (int i = 0; i < 3; ++i) EXPECT_EQ(after[i], EBADF) << i;
 }
 
-TEST(TClockErrno, SectionSeesWaitersErrnoAndCombinerKeepsItsOwn) {
-    tclock m;
+// B (thread 0) combines C's section, which fails a libc call: without
+// adoption that EBADF lands in B's kernel thread's errno. B's own section
+// must still start with B's value, and B keeps it; C and D end with EBADF.
+TYPED_TEST(TClockErrno, SectionSeesWaitersErrnoAndCombinerKeepsItsOwn) {
+    TypeParam m;
     long own[3] = {}, inside[3] = {};
     int seen[3] = {}, after[3] = {};
     queued(m, 3, [&](int i) {
         own[i] = tid();
         errno = 500 + i;  // B (the combiner) has 500, C 501
-        seen[i] = cs_reads_errno(m, &inside[i]);
+        seen[i] = cs_reads_errno(m, &inside[i], i != 0);
         after[i] = errno;
     });
     ASSERT_EQ(inside[1], own[0]);
-    for (int i = 0; i < 3; ++i) {
-        EXPECT_EQ(seen[i], 500 + i) << i;
-        EXPECT_EQ(after[i], 500 + i) << i;
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(seen[i], 500 + i) << i;
+    EXPECT_EQ(after[0], 500);
+    EXPECT_EQ(after[1], EBADF);
+    EXPECT_EQ(after[2], EBADF);
+}
+
+// The hand-back path: C's section, delegated to B, writes errno (through an
+// address kept from before lock(), or by a failing libc call on B's thread)
+// and then moves home with tclock_may_block(). At home, and after its
+// unlock(), C's errno is what the section wrote; B's own section still
+// starts and ends with B's errno; D's is untouched.
+TYPED_TEST(TClockErrno, CarriedAcrossTheHandBack) {
+    for (const bool libc : {false, true}) {
+        SCOPED_TRACE(libc ? "libc call" : "cached address");
+        TypeParam m;
+        long own[3] = {}, inside[3] = {}, home[3] = {};
+        int seen_in[3] = {}, seen_home[3] = {}, after[3] = {};
+        bool moved[3] = {};
+        queued(m, 3, [&](int i) {
+            own[i] = tid();
+            errno = 500 + i;
+            int* const e = errno_address();
+            m.lock();
+            inside[i] = tid();
+            seen_in[i] = running_errno();
+            if (i == 1) {
+                if (libc)
+                    (void)::close(-1);  // EBADF
+                else
+                    *e = 601;
+            }
+            moved[i] = spindle::tclock_may_block();
+            home[i] = tid();
+            seen_home[i] = running_errno();
+            m.unlock();
+            after[i] = running_errno();
+        });
+        ASSERT_EQ(inside[1], own[0]);
+        ASSERT_TRUE(moved[1]);
+        EXPECT_EQ(home[1], own[1]);
+        const int c_end = libc ? EBADF : 601;
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(seen_in[i], 500 + i) << i;
+        EXPECT_EQ(seen_home[1], c_end);
+        EXPECT_EQ(after[1], c_end);
+        EXPECT_EQ(seen_home[0], 500);
+        EXPECT_EQ(after[0], 500);
+        EXPECT_EQ(seen_home[2], 502);
+        EXPECT_EQ(after[2], 502);
     }
 }
 
-TEST(TClockErrno, StressEveryWaiterGetsItsOwnValue) {
-    tclock m;
+TYPED_TEST(TClockErrno, StressEveryWaiterGetsItsOwnValue) {
+    TypeParam m;
     std::atomic<int> bad{0};
     std::vector<std::thread> ts;
     for (int t = 0; t < stress_threads; ++t)
@@ -576,9 +679,13 @@ TEST(TClockSignal, SignalToAWaiterWhoseSectionIsDelegated) {
 // runs C's l1 section. Before l1 is released X queues on l2; once C's
 // section (on B) has queued on l2 behind X, Y queues behind it and h
 // releases l2, so X combines and runs the rest of C's section. `c_section`
-// is C's section once it holds l1; the others lock and unlock l1.
+// is C's section once it holds l1; the others lock and unlock l1. Each
+// thread sets its errno before its lock() (thread i of l1: 500 + i, X: 900,
+// Y: 901) and records the running errno inside its section and after it
+// (for C: after c_section returns).
 struct two_combiners {
     long own[3] = {}, in1[3] = {}, x_own = 0, y_own = 0, in_x = 0, in_y = 0;
+    int err_in1[3] = {}, err_after[3] = {}, x_err_in = 0, x_err_after = 0, y_err_in = 0, y_err_after = 0;
 };
 template <class L>
 two_combiners run_across_two_combiners(L& l1, L& l2, const std::function<void()>& c_section) {
@@ -587,21 +694,41 @@ two_combiners run_across_two_combiners(L& l1, L& l2, const std::function<void()>
     l2.lock();
     queued(l1, 3, [&](int i) {
         r.own[i] = tid();
+        errno = 500 + i;
         l1.lock();
         r.in1[i] = tid();
+        r.err_in1[i] = running_errno();
         if (i == 1) {
             c_section();
+            r.err_after[1] = running_errno();
             return;
         }
         l1.unlock();
+        r.err_after[i] = running_errno();
     }, [&] {
         const void* t = tail_of(l2);
-        x = std::thread([&] { r.x_own = tid(); l2.lock(); r.in_x = tid(); l2.unlock(); });
+        x = std::thread([&] {
+            r.x_own = tid();
+            errno = 900;
+            l2.lock();
+            r.in_x = tid();
+            r.x_err_in = running_errno();
+            l2.unlock();
+            r.x_err_after = running_errno();
+        });
         while (tail_of(l2) == t) std::this_thread::yield();
         h = std::thread([&, tx = tail_of(l2)] {
             while (tail_of(l2) == tx) std::this_thread::yield();
             const void* tb = tail_of(l2);
-            y = std::thread([&] { r.y_own = tid(); l2.lock(); r.in_y = tid(); l2.unlock(); });
+            y = std::thread([&] {
+                r.y_own = tid();
+                errno = 901;
+                l2.lock();
+                r.in_y = tid();
+                r.y_err_in = running_errno();
+                l2.unlock();
+                r.y_err_after = running_errno();
+            });
             while (tail_of(l2) == tb) std::this_thread::yield();
             l2.unlock();
         });
@@ -670,6 +797,46 @@ void relock_after_out_of_order_release() {
 
 TYPED_TEST(TClockTyped, RelockAfterOutOfOrderReleaseMovesTheSectionHome) {
     relock_after_out_of_order_release<TypeParam>();
+}
+
+// errno over an out-of-order release: C's section starts on B (l1's
+// combiner), takes the contended l2 (X runs the rest of it), writes errno
+// (through an address it computed on B, or by a failing libc call on X),
+// releases l1 out of order and then l2. B applies l1's release (ooo_finish)
+// and C's errno must still end as the section wrote it; B's, X's, D's and
+// Y's own sections start and end with their own errno. Both variants of the
+// section leave errno changed; `keep` leaves it as C had it at lock().
+TYPED_TEST(TClockErrno, CarriedThroughAnOutOfOrderRelease) {
+    enum { cached, libc, keep };
+    for (const int how : {cached, libc, keep}) {
+        SCOPED_TRACE(how == cached ? "cached address" : how == libc ? "libc call" : "errno unchanged");
+        TypeParam l1, l2;
+        const auto before = spindle::detail::tc_read_counters();
+        long in2 = 0;
+        int err_in2 = 0;
+        const two_combiners r = run_across_two_combiners(l1, l2, [&] {
+            int* const e = errno_address();  // on B; with adoption, C's errno
+            l2.lock();
+            in2 = tid();
+            err_in2 = running_errno();
+            if (how == cached) *e = 777;
+            if (how == libc) (void)::close(-1);  // EBADF
+            l1.unlock();  // out of order: l1's combiner is B, not X
+            l2.unlock();
+        });
+        ASSERT_EQ(r.in1[1], r.own[0]);  // C's l1 section ran on B
+        ASSERT_EQ(in2, r.x_own);        // its l2 part ran on X
+        EXPECT_EQ(spindle::detail::tc_read_counters().ooo_finishes - before.ooo_finishes, 1u);
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(r.err_in1[i], 500 + i) << i;
+        EXPECT_EQ(err_in2, 501);
+        EXPECT_EQ(r.err_after[1], how == cached ? 777 : how == libc ? EBADF : 501);
+        EXPECT_EQ(r.err_after[0], 500);
+        EXPECT_EQ(r.err_after[2], 502);
+        EXPECT_EQ(r.x_err_in, 900);
+        EXPECT_EQ(r.x_err_after, 900);
+        EXPECT_EQ(r.y_err_in, 901);
+        EXPECT_EQ(r.y_err_after, 901);
+    }
 }
 
 template <class L>
