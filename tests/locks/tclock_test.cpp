@@ -28,6 +28,7 @@
 #include <mutex>
 #include <shared_mutex>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -669,6 +670,152 @@ TEST(TClockSignal, SignalToAWaiterWhoseSectionIsDelegated) {
         EXPECT_FALSE(sp >= main_lo && sp < main_hi) << "the handler ran on the waiter's own stack";
         EXPECT_TRUE(intact);
     }
+#endif
+}
+
+// --- the ephemeral stack ------------------------------------------------------
+
+// One line of /proc/self/maps: [lo, hi) and its permissions ("rw-p").
+struct mapping {
+    std::uintptr_t lo = 0, hi = 0;
+    char perms[5] = {};
+};
+// The mapping that holds `a`, and the one that ends where it begins (if any).
+bool mapping_of(std::uintptr_t a, mapping* at, mapping* below) {
+    std::FILE* f = std::fopen("/proc/self/maps", "r");
+    if (f == nullptr) return false;
+    std::vector<mapping> all;
+    char line[512];
+    while (std::fgets(line, sizeof line, f) != nullptr) {
+        mapping m;
+        unsigned long lo = 0, hi = 0;
+        if (std::sscanf(line, "%lx-%lx %4s", &lo, &hi, m.perms) == 3) {
+            m.lo = lo;
+            m.hi = hi;
+            all.push_back(m);
+        }
+    }
+    std::fclose(f);
+    bool found = false;
+    *below = mapping{};
+    for (const mapping& m : all)
+        if (a >= m.lo && a < m.hi) {
+            *at = m;
+            found = true;
+        }
+    if (!found) return false;
+    for (const mapping& m : all)
+        if (m.hi == at->lo) *below = m;
+    return true;
+}
+
+// [lo, hi) of the calling thread's own stack.
+void own_stack(std::uintptr_t* lo, std::uintptr_t* hi) {
+    pthread_attr_t a;
+    void* p = nullptr;
+    std::size_t sz = 0;
+    ::pthread_getattr_np(::pthread_self(), &a);
+    ::pthread_attr_getstack(&a, &p, &sz);
+    ::pthread_attr_destroy(&a);
+    *lo = reinterpret_cast<std::uintptr_t>(p);
+    *hi = *lo + sz;
+}
+
+// A queued request lives at the top of a frame of its thread's ephemeral
+// stack, so the lock's tail, while one waiter waits, is an address on that
+// stack. Read /proc/self/maps then (the waiter waits, so the stack is mapped):
+// the address is in a read-write mapping that is not the thread's own stack,
+// at least the 64 KiB a frame leaves free above the mapping's start and at
+// most the stack's 256 KiB; and the mapping right below it, ending where it
+// begins, is PROT_NONE: the guard page. Deterministic: the waiter cannot get
+// the lock before this thread releases it.
+TEST(TClockEphemeralStack, GuardPageRightBelowIt) {
+    tclock m;
+    m.lock();
+    std::uintptr_t own_lo = 0, own_hi = 0;
+    std::atomic<bool> known{false};
+    std::thread w([&] {
+        own_stack(&own_lo, &own_hi);
+        known.store(true);
+        m.lock();
+        m.unlock();
+    });
+    while (!known.load() || tail_of(m) == nullptr) std::this_thread::yield();
+    const auto q = reinterpret_cast<std::uintptr_t>(tail_of(m));
+    mapping at, below;
+    const bool found = mapping_of(q, &at, &below);
+    m.unlock();
+    w.join();
+    ASSERT_TRUE(found);
+    EXPECT_FALSE(q >= own_lo && q < own_hi) << "the request is on the waiter's own stack";
+    EXPECT_STREQ(at.perms, "rw-p");
+    EXPECT_GE(q - at.lo, std::uintptr_t{64} * 1024);
+    EXPECT_LE(q - at.lo, std::uintptr_t{256} * 1024);
+    ASSERT_NE(below.hi, 0u) << "nothing is mapped right below the ephemeral stack";
+    EXPECT_EQ(std::string(below.perms, 3), "---") << "the page below the ephemeral stack is accessible";
+}
+
+std::atomic<int> g_big_count{0};
+std::atomic<int> g_big_ok{0};
+std::atomic<std::uintptr_t> g_big_lo{0};
+// A handler that needs 32 KiB of stack (alloca: on the stack in every build),
+// all of it written and read back.
+[[maybe_unused]] void on_usr2_big(int) {
+    constexpr std::size_t n = 32 * 1024;
+    auto* buf = static_cast<volatile unsigned char*>(__builtin_alloca(n));
+    for (std::size_t k = 0; k < n; ++k) buf[k] = static_cast<unsigned char>(k * 7 + 1);
+    bool ok = true;
+    for (std::size_t k = 0; k < n; ++k) ok = ok && buf[k] == static_cast<unsigned char>(k * 7 + 1);
+    g_big_lo.store(reinterpret_cast<std::uintptr_t>(buf), std::memory_order_relaxed);
+    g_big_ok.store(ok ? 1 : 0, std::memory_order_relaxed);
+    g_big_count.fetch_add(1, std::memory_order_release);
+}
+
+// The header promises at least 64 KiB free below every frame of the
+// ephemeral stack for a signal handler. A waiter alone in the queue (the
+// head, which holds no signals: no combiner can run its section) waits for
+// the gate on its ephemeral stack; a signal sent to it runs a handler that
+// uses 32 KiB there. The handler's buffer must lie in the same mapping as
+// the waiter's request, above the guard page, off its own stack, and read
+// back intact. Deterministic: this thread holds the lock until the handler
+// has run.
+TEST(TClockSignal, HandlerNeeding32KiBRunsOnTheEphemeralStack) {
+#if SPINDLE_TSAN
+    GTEST_SKIP() << "TSan delivers a signal only when the thread enters an intercepted call; a waiter "
+                    "waits with raw system calls, so the handler would run only after the wait";
+#else
+    struct sigaction sa {}, old{};
+    sa.sa_handler = &on_usr2_big;  // no SA_ONSTACK: the handler runs on the current stack
+    sigemptyset(&sa.sa_mask);
+    ASSERT_EQ(::sigaction(SIGUSR2, &sa, &old), 0);
+    g_big_count.store(0);
+    tclock m;
+    m.lock();
+    std::uintptr_t own_lo = 0, own_hi = 0;
+    std::atomic<long> w_tid{0};
+    std::thread w([&] {
+        own_stack(&own_lo, &own_hi);
+        w_tid.store(tid());
+        m.lock();
+        m.unlock();
+    });
+    while (w_tid.load() == 0 || tail_of(m) == nullptr) std::this_thread::yield();
+    const auto q = reinterpret_cast<std::uintptr_t>(tail_of(m));
+    ::syscall(SYS_tgkill, ::getpid(), w_tid.load(), SIGUSR2);
+    while (g_big_count.load(std::memory_order_acquire) == 0) std::this_thread::yield();
+    const std::uintptr_t lo = g_big_lo.load(std::memory_order_relaxed);
+    mapping at, below, at_q, below_q;
+    const bool found = mapping_of(lo, &at, &below) && mapping_of(q, &at_q, &below_q);
+    m.unlock();
+    w.join();
+    ::sigaction(SIGUSR2, &old, nullptr);
+    EXPECT_EQ(g_big_count.load(), 1);
+    EXPECT_EQ(g_big_ok.load(), 1);
+    ASSERT_TRUE(found);
+    EXPECT_FALSE(lo >= own_lo && lo < own_hi) << "the handler ran on the waiter's own stack";
+    EXPECT_EQ(at.lo, at_q.lo) << "the handler's buffer is not on the waiter's ephemeral stack";
+    EXPECT_GE(q - lo, std::uintptr_t{32} * 1024);
+    EXPECT_EQ(std::string(below.perms, 3), "---");
 #endif
 }
 
