@@ -1035,6 +1035,73 @@ TEST(TClockNested, DeepChainBothOrders) {
     nested_stress<tclock>(48, false, stress_iters / 100);
 }
 
+// --- a waiter that sleeps (tclock_blocking, tclock_shared's writers) -----------
+
+template <class L>
+class TClockParking : public ::testing::Test {};
+using parking_types = ::testing::Types<tclock_blocking, tclock_shared>;
+TYPED_TEST_SUITE(TClockParking, parking_types);
+
+// Whether kernel thread `t` of this process is in a futex system call on an
+// address in [lo, hi) (/proc/self/task/<t>/syscall: "number arg1 ...").
+bool in_futex_on(long t, std::uintptr_t lo, std::uintptr_t hi) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", t);
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return false;
+    long nr = -1;
+    unsigned long a0 = 0;
+    const int n = std::fscanf(f, "%ld %lx", &nr, &a0);
+    std::fclose(f);
+    return n == 2 && nr == SYS_futex && a0 >= lo && a0 < hi;
+}
+
+// The parked -> processing -> done cycle, forced. This thread holds the
+// lock while B, C and D queue; then it waits until C's thread is in a futex
+// wait on its own request (its state word is in the request's first cache
+// line, which the lock's tail pointed at right after C queued). A waiter
+// sleeps there only after it moved its request to `parked`, and only a
+// combiner changes it from there, so when the lock is released B's
+// mark_processing finds C parked, runs C's section (C sleeps on), and its
+// notify must wake C with "done": the test completes only if it does.
+TYPED_TEST(TClockParking, SleepingWaiterIsCombinedAndWoken) {
+    TypeParam m;
+    long own[3] = {}, inside[3] = {}, after[3] = {};
+    bool delegated[3] = {};
+    int order[3] = {}, seq = 0;  // guarded by m
+    std::atomic<long> tids[3] = {};
+    const void* node[3] = {};
+    std::vector<std::thread> ts;
+    m.lock();
+    for (int i = 0; i < 3; ++i) {
+        const void* last = tail_of(m);
+        ts.emplace_back([&, i] {
+            own[i] = tid();
+            tids[i].store(own[i]);
+            m.lock();
+            inside[i] = tid();
+            delegated[i] = spindle::tclock_delegated();
+            order[i] = seq++;
+            m.unlock();
+            after[i] = tid();
+        });
+        while (tail_of(m) == last) std::this_thread::yield();
+        node[i] = tail_of(m);
+    }
+    const auto c = reinterpret_cast<std::uintptr_t>(node[1]);
+    while (!in_futex_on(tids[1].load(), c, c + 64)) std::this_thread::yield();
+    m.unlock();
+    for (auto& t : ts) t.join();
+    EXPECT_EQ(inside[1], own[0]) << "C's section was not combined by B";
+    EXPECT_TRUE(delegated[1]);
+    EXPECT_EQ(inside[0], own[0]);
+    EXPECT_EQ(inside[2], own[2]);
+    EXPECT_EQ(order[1], 0);
+    EXPECT_EQ(order[0], 1);
+    EXPECT_EQ(order[2], 2);
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(after[i], own[i]) << i;
+}
+
 // --- sections that block -------------------------------------------------------
 
 // A minimal condition variable over a futex, in the shape a pthread_cond_wait
