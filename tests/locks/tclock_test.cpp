@@ -59,6 +59,20 @@ constexpr int stress_threads = 8;  // > the 2 CPUs of a small machine: the OS mu
 
 long tid() { return ::syscall(SYS_gettid); }
 
+// Whether kernel thread `t` of this process is in a futex system call on an
+// address in [lo, hi) (/proc/self/task/<t>/syscall: "number arg1 ...").
+bool in_futex_on(long t, std::uintptr_t lo, std::uintptr_t hi) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", t);
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return false;
+    long nr = -1;
+    unsigned long a0 = 0;
+    const int n = std::fscanf(f, "%ld %lx", &nr, &a0);
+    std::fclose(f);
+    return n == 2 && nr == SYS_futex && a0 >= lo && a0 < hi;
+}
+
 // pthread_self() is declared `const`: code that calls it before lock() and
 // inside the section may get the first answer twice. Out of line, opaque.
 [[gnu::noinline]] pthread_t running_thread() {
@@ -1035,26 +1049,127 @@ TEST(TClockNested, DeepChainBothOrders) {
     nested_stress<tclock>(48, false, stress_iters / 100);
 }
 
+// Nesting deeper than the ephemeral stack holds. One thread, B, combines a
+// chain of sections each of which takes the next lock: S_k's section of
+// lock k runs on B and takes lock k+1, which this thread holds, so B queues
+// for it on a new frame of its own ephemeral stack, below the frames of its
+// outer combines; then S_{k+1} and T_{k+1} queue behind it and this thread
+// releases lock k+1, so B combines S_{k+1}'s section, and so on. Each level
+// costs B one more frame, until there is no room for a frame plus the 64 KiB
+// kept free: then lock() takes the gate without a request, on B's thread.
+// This thread tells the two apart while it still holds the lock: a request
+// shows in the lock's tail; the fallback leaves the tail null and sleeps in
+// a futex wait on the lock word (tclock_blocking's gate; B's thread enters
+// that wait only after any tail exchange of its own). Every section checks
+// mutual exclusion; every lock must count each of its sections once, and the
+// chain must unwind. Deterministic: each level waits for a queue state.
+TEST(TClockNested, DeeperThanTheEphemeralStackTakesTheGateItself) {
+    using L = tclock_blocking;
+    constexpr int cap = 1024;  // levels; 256 KiB hold a few hundred frames
+    std::vector<L> locks(cap + 1);
+    std::vector<int> count(cap + 1, 0);  // count[k]: guarded by locks[k]
+    std::vector<std::atomic<int>> inside(cap + 1);
+    std::atomic<int> violations{0};
+    auto enter = [&](int k) {
+        if (inside[static_cast<std::size_t>(k)].fetch_add(1) != 0) violations.fetch_add(1);
+        ++count[static_cast<std::size_t>(k)];
+    };
+    auto leave = [&](int k) { inside[static_cast<std::size_t>(k)].fetch_sub(1); };
+    std::vector<long> s_in(cap + 1, 0), nested_in(cap + 1, 0);
+    std::atomic<long> b_tid{0};
+    std::vector<std::thread> ts;
+    ts.reserve(2 * cap + 2);
+    auto start_queued = [&](int k, std::function<void()> fn) {
+        const void* t = tail_of(locks[static_cast<std::size_t>(k)]);
+        ts.emplace_back(std::move(fn));
+        while (tail_of(locks[static_cast<std::size_t>(k)]) == t) std::this_thread::yield();
+    };
+    auto s_thread = [&](int k) {
+        return [&, k] {
+            L& mine = locks[static_cast<std::size_t>(k)];
+            L& next = locks[static_cast<std::size_t>(k) + 1];
+            mine.lock();
+            enter(k);
+            s_in[static_cast<std::size_t>(k)] = tid();
+            next.lock();  // on B: a new frame, or the gate itself
+            enter(k + 1);
+            nested_in[static_cast<std::size_t>(k) + 1] = tid();
+            leave(k + 1);
+            next.unlock();
+            leave(k);
+            mine.unlock();
+        };
+    };
+    auto t_thread = [&](int k) {
+        return [&, k] {
+            L& mine = locks[static_cast<std::size_t>(k)];
+            mine.lock();
+            enter(k);
+            leave(k);
+            mine.unlock();
+        };
+    };
+    locks[0].lock();
+    enter(0);
+    start_queued(0, [&] {
+        b_tid.store(tid());
+        locks[0].lock();
+        enter(0);
+        leave(0);
+        locks[0].unlock();
+    });
+    start_queued(0, s_thread(0));
+    start_queued(0, t_thread(0));
+    int k = 0;
+    int fallback = -1;
+    for (;;) {
+        L& next = locks[static_cast<std::size_t>(k) + 1];
+        next.lock();
+        enter(k + 1);
+        leave(k);
+        locks[static_cast<std::size_t>(k)].unlock();  // B combines S_k, whose section takes `next`
+        ++k;
+        auto& word = reinterpret_cast<spindle::detail::tc_word*>(&next)->state;
+        const auto w = reinterpret_cast<std::uintptr_t>(&word);
+        bool queued_here = false;
+        for (;;) {
+            if (tail_of(next) != nullptr) {
+                queued_here = true;
+                break;
+            }
+            if (in_futex_on(b_tid.load(), w, w + sizeof word) && tail_of(next) == nullptr) break;
+            if (inside[static_cast<std::size_t>(k)].load() > 1) break;  // entered while we hold it
+            std::this_thread::yield();
+        }
+        if (!queued_here) {
+            fallback = k;
+            break;
+        }
+        if (k == cap) break;  // never ran out of room: fails below
+        start_queued(k, s_thread(k));
+        start_queued(k, t_thread(k));
+    }
+    leave(k);
+    locks[static_cast<std::size_t>(k)].unlock();
+    for (auto& t : ts) t.join();
+    std::printf("    the fallback came at nesting depth %d\n", fallback);
+    ASSERT_GT(fallback, 0) << "every one of " << cap << " levels got a frame";
+    EXPECT_GE(fallback, 16) << "the ephemeral stack held too few frames";
+    EXPECT_EQ(violations.load(), 0);
+    for (int j = 0; j < fallback; ++j) {
+        EXPECT_EQ(s_in[static_cast<std::size_t>(j)], b_tid.load()) << j;  // combined by B, nested
+        EXPECT_EQ(count[static_cast<std::size_t>(j)], 4) << j;            // this thread, B or S_{j-1}, S_j, T_j
+    }
+    EXPECT_EQ(nested_in[static_cast<std::size_t>(fallback)], b_tid.load());
+    EXPECT_EQ(count[static_cast<std::size_t>(fallback)], 2);  // this thread, then B's fallback
+}
+
 // --- a waiter that sleeps (tclock_blocking, tclock_shared's writers) -----------
 
 template <class L>
 class TClockParking : public ::testing::Test {};
 using parking_types = ::testing::Types<tclock_blocking, tclock_shared>;
 TYPED_TEST_SUITE(TClockParking, parking_types);
-
-// Whether kernel thread `t` of this process is in a futex system call on an
-// address in [lo, hi) (/proc/self/task/<t>/syscall: "number arg1 ...").
-bool in_futex_on(long t, std::uintptr_t lo, std::uintptr_t hi) {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", t);
-    std::FILE* f = std::fopen(path, "r");
-    if (f == nullptr) return false;
-    long nr = -1;
-    unsigned long a0 = 0;
-    const int n = std::fscanf(f, "%ld %lx", &nr, &a0);
-    std::fclose(f);
-    return n == 2 && nr == SYS_futex && a0 >= lo && a0 < hi;
-}
 
 // The parked -> processing -> done cycle, forced. This thread holds the
 // lock while B, C and D queue; then it waits until C's thread is in a futex
