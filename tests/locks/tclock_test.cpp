@@ -535,12 +535,9 @@ TYPED_TEST(TClockErrno, StressEveryWaiterGetsItsOwnValue) {
 
 // --- thread pointer adoption -------------------------------------------------
 
-// queued(): thread 0 becomes the queue head and combines thread 1's
-// section (thread 2 is the tail, which no combiner runs).
-// Thread 1's section runs on thread 0's kernel thread either way; with the
-// thread pointer adopted it runs *as* thread 1: pthread_self() and its
-// thread_local variables are thread 1's. Without, they are thread 0's.
-TEST(TClockIdentity, DelegatedSectionRunsAsItsOwnThread) {
+// Runs body(on) with thread pointer adoption off (on = false), then on where
+// the CPU, kernel and build allow it; restores the setting afterwards.
+void in_both_adoption_modes(const std::function<void(bool)>& body) {
     struct restore {
         bool was = spindle::tclock_adopts_thread_pointer();
         ~restore() { spindle::tclock_adopt_thread_pointer(was); }
@@ -552,6 +549,17 @@ TEST(TClockIdentity, DelegatedSectionRunsAsItsOwnThread) {
             continue;
         }
         EXPECT_EQ(on, adopt);
+        body(on);
+    }
+}
+
+// queued(): thread 0 becomes the queue head and combines thread 1's
+// section (thread 2 is the tail, which no combiner runs).
+// Thread 1's section runs on thread 0's kernel thread either way; with the
+// thread pointer adopted it runs *as* thread 1: pthread_self() and its
+// thread_local variables are thread 1's. Without, they are thread 0's.
+TEST(TClockIdentity, DelegatedSectionRunsAsItsOwnThread) {
+    in_both_adoption_modes([&](bool on) {
         tclock m;
         long own[3] = {}, inside[3] = {};
         pthread_t self[3] = {}, seen[3] = {};
@@ -583,7 +591,7 @@ TEST(TClockIdentity, DelegatedSectionRunsAsItsOwnThread) {
         EXPECT_EQ(mark_in[0], 100);
         EXPECT_EQ(mark_in[2], 102);
         for (int i = 0; i < 3; ++i) EXPECT_EQ(mark_after[i], 100 + i) << i;
-    }
+    });
 }
 
 // --- signals ----------------------------------------------------------------
@@ -611,16 +619,7 @@ TEST(TClockSignal, SignalToAWaiterWhoseSectionIsDelegated) {
     GTEST_SKIP() << "TSan delivers a signal only when the thread enters an intercepted call; a waiter "
                     "waits with raw system calls, so the handler would run only after the wait";
 #else
-    struct restore {
-        bool was = spindle::tclock_adopts_thread_pointer();
-        ~restore() { spindle::tclock_adopt_thread_pointer(was); }
-    } r;
-    for (bool adopt : {false, true}) {
-        const bool on = spindle::tclock_adopt_thread_pointer(adopt);
-        if (adopt && !on) {
-            std::printf("    thread pointer adoption is not available here (CPU, kernel or sanitizer build)\n");
-            continue;
-        }
+    in_both_adoption_modes([&](bool on) {
         SCOPED_TRACE(on ? "adoption on" : "adoption off");
         struct sigaction sa {}, old{};
         sa.sa_handler = &on_usr1;  // no SA_ONSTACK: the handler runs on the current stack
@@ -683,7 +682,7 @@ TEST(TClockSignal, SignalToAWaiterWhoseSectionIsDelegated) {
         const std::uintptr_t sp = g_sig_sp.load();
         EXPECT_FALSE(sp >= main_lo && sp < main_hi) << "the handler ran on the waiter's own stack";
         EXPECT_TRUE(intact);
-    }
+    });
 #endif
 }
 
