@@ -102,7 +102,7 @@
 //                                  30 ms, oversubscribed 50 ms; full 3x)
 //   --locks LIST                   only these variants (any workload)
 //   --leveldb-threads LIST         leveldb thread counts
-//   --leveldb-seconds S            one leveldb measurement's window
+//   --leveldb-seconds S            one leveldb measurement's window (default 0.2 quick, 1 full)
 //   --preload PATH                 libspindle_preload.so (default: SPINDLE_PRELOAD_LIB,
 //                                  else the one this build made)
 //   --preload-locks LIST           the SPINDLE_LOCK values to measure
@@ -940,7 +940,7 @@ void bench_leveldb(harness& h, const run_options& o) {
 
     std::vector<unsigned> ts = o.leveldb_threads;
     if (ts.empty()) ts = h.quick() ? std::vector<unsigned>{1, 2} : std::vector<unsigned>{1, 2, 4, 8};
-    const double seconds = o.leveldb_seconds > 0 ? o.leveldb_seconds : (h.quick() ? 0.1 : 1.0);
+    const double seconds = o.leveldb_seconds > 0 ? o.leveldb_seconds : (h.quick() ? 0.2 : 1.0);
     const unsigned warmup_ms = h.quick() ? 40 : 200;
     const std::string common = "LevelDB " + std::to_string(entries) +
                                " entries (16-byte keys, 100-byte values), readrandom for " +
