@@ -148,6 +148,37 @@ TEST(TClockLayout, SixteenBytesZeroIsUnlockedConstexpr) {
     m->unlock();
 }
 
+// A combiner runs at most tclock_batch_limit sections, then hands the queue
+// head on. queued() lines up limit + 8 threads behind the held lock, in
+// order: thread 0 becomes the head and combines; without the limit it would
+// run every queued section but the tail's. Deterministic: the queue order is
+// fixed before the release, and each section records the kernel thread it
+// ran on.
+TYPED_TEST(TClockTyped, CombinerStopsAtTheBatchLimit) {
+    TypeParam m;
+    constexpr int n = static_cast<int>(spindle::tclock_batch_limit) + 8;
+    std::vector<long> own(n), ran_on(n);
+    int sections = 0;  // written under the lock
+    queued(m, n, [&](int i) {
+        own[i] = tid();
+        m.lock();
+        ran_on[i] = tid();
+        ++sections;
+        m.unlock();
+    });
+    EXPECT_EQ(sections, n);
+    int by_first = 0;  // sections of other threads that thread 0 ran
+    for (int i = 1; i < n; ++i)
+        if (ran_on[i] == own[0]) ++by_first;
+    EXPECT_GE(by_first, 1) << "thread 0 combined nothing";
+    EXPECT_LE(by_first, static_cast<int>(spindle::tclock_batch_limit));
+    int after_limit_elsewhere = 0;
+    for (int i = static_cast<int>(spindle::tclock_batch_limit) + 1; i < n; ++i)
+        if (ran_on[i] != own[0]) ++after_limit_elsewhere;
+    EXPECT_GE(after_limit_elsewhere, 1) << "the first batch did not stop at the limit";
+    std::printf("    thread 0 ran %d of the %d queued sections behind it\n", by_first, n - 1);
+}
+
 TYPED_TEST(TClockTyped, MutualExclusionOversubscribed) {
     TypeParam m;
     shared_lines data;
