@@ -1036,7 +1036,9 @@ void print_targets(const results& res, const run_options& o) {
         for (const char* other : {"pthread", "std_mutex", "tas", "ttas", "ticket"})
             if (other != ref) target_line(ss, ref, other, goal::none, 0);
     }
-    // TCLocks: delegation keeps the section's lines in the combiner's cache.
+    // TCLocks (tclock >= mcs with sections writing 4-16 lines). With 2 threads
+    // there is at most one waiter, and a combiner needs two: what keeps the
+    // lines in one cache there is the unfair TAS fast path.
     for (const auto& [k, ss] : res.by_key) {
         unsigned lines = 0, ncs = 0;
         if (std::sscanf(k.c_str(), "mutexbench t=2 %u:%u", &lines, &ncs) != 2 || lines < 4 || lines > 16) continue;

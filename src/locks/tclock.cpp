@@ -49,7 +49,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <csignal>
 #include <climits>
 #include <cstddef>
 #include <cstdio>
@@ -115,7 +114,6 @@ struct tc_qnode {
     lock_landing* main = nullptr;
     unlock_landing* resume = nullptr; // written by whoever ran the section, before "done"
     int err0 = 0;
-    std::uint64_t held_mask = 0;      // our thread's signal mask while it holds signals (adoption)
     arch::context eph;                // the ephemeral frame's own context
 };
 
@@ -370,8 +368,10 @@ SPINDLE_NOINLINE int* errno_loc() noexcept {
 // the section's context leaves it; so a delegated section's thread_local
 // variables, errno, pthread_self() and C++ exception state are its own
 // thread's (the waiting thread runs only the ephemeral frame's code meanwhile,
-// which touches none of them). The kernel thread stays the combiner's:
-// gettid(), the signal mask and signal delivery, CPU time, scheduling.
+// which touches none of them -- but a signal handler that runs on the
+// waiting thread meanwhile shares them with the section: see tclock.hpp).
+// The kernel thread stays the combiner's: gettid(), the signal mask and
+// signal delivery, CPU time, scheduling.
 //
 // Each saved section context records its identity (tc_identity: its thread
 // pointer and that thread's record), and every switch into a context loads
@@ -454,31 +454,6 @@ SPINDLE_ALWAYS_INLINE bool adopting() noexcept {
 }
 
 SPINDLE_ALWAYS_INLINE tc_identity current_identity() noexcept { return {read_fs(), identity_record()}; }
-
-// While a combiner runs a section as thread T, T itself waits on its
-// ephemeral stack. A signal handler that ran there now would run *beside*
-// the section's code, in the same thread-locals and errno (a handler that
-// saves and restores errno would still undo a write the section makes in
-// between). So T holds its signals from before its request can be found
-// (the link to its predecessor) until its wait is over, and they arrive
-// then, as if sent just after the section: hold_signals / release_signals,
-// raw system calls (no errno). Not SIGCANCEL (32) and SIGSETXID (33),
-// glibc's own, which its pthread_sigmask never blocks either: setuid() in
-// any thread waits until every thread has handled SIGSETXID. Without
-// adoption the section runs as the combiner's thread and the waiter's
-// handlers touch nothing of it: nothing is held.
-SPINDLE_ALWAYS_INLINE void hold_signals(std::uint64_t* old) noexcept {
-    if constexpr (can_adopt) {
-        const std::uint64_t all_but_glibcs = ~((std::uint64_t{1} << (32 - 1)) | (std::uint64_t{1} << (33 - 1)));
-        raw_syscall6(SYS_rt_sigprocmask, SIG_BLOCK, reinterpret_cast<long>(&all_but_glibcs),
-                     reinterpret_cast<long>(old), sizeof all_but_glibcs, 0, 0);
-    }
-}
-SPINDLE_ALWAYS_INLINE void release_signals(const std::uint64_t* old) noexcept {
-    if constexpr (can_adopt) {
-        raw_syscall6(SYS_rt_sigprocmask, SIG_SETMASK, reinterpret_cast<long>(old), 0, sizeof *old, 0, 0);
-    }
-}
 
 // Before `me`'s thread switches into a context that runs as `to`.
 SPINDLE_ALWAYS_INLINE void enter_identity(thread_record* me, const tc_identity& to) noexcept {
@@ -926,16 +901,9 @@ struct core {
         // whoever links behind us or dequeues us; acquire makes prev's
         // fields ours before we link.
         if (tc_qnode* prev = w->tail.exchange(q, std::memory_order_acq_rel)) {
-            // A combiner may run our section as our own thread (see
-            // hold_signals); not when it runs as a thread whose section we
-            // run ourselves (nesting: that thread holds its own signals).
-            const bool hold = adopting() && q->main->ident.rec == rec;
-            if (hold) hold_signals(&q->held_mask);
             // Release pairs with wait_next's acquire.
             prev->next.store(q, std::memory_order_release);
-            const std::uint32_t turn = wait_turn(q);
-            if (hold) release_signals(&q->held_mask);  // a held handler runs here, on this stack
-            if (turn == q_done) finish_done(q);
+            if (wait_turn(q) == q_done) finish_done(q);
         }
         for (;;) {
             // Phase 2: we are the head.

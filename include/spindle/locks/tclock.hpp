@@ -92,12 +92,18 @@
 // -- pthread_kill(pthread_self()) included -- goes to the combiner's kernel
 // thread, and a handler that runs during the section sees the waiter's
 // thread_local variables), scheduling, CPU time. A signal sent to the
-// *waiting* thread meanwhile is held (blocked, by raw system calls) from
-// just before its request can be found until its wait is over, and its
-// handler runs then, on the ephemeral stack: run at once, it would run
-// beside the section's code, in the same errno and thread_local variables.
-// glibc's own SIGCANCEL and SIGSETXID are not held (its pthread_sigmask
-// never blocks them either). Without adoption
+// *waiting* thread meanwhile runs its handler at once on the ephemeral stack
+// (as the TCLocks paper has it), *beside* the section's code -- and with
+// adoption, in the same errno and thread_local variables: a handler that
+// saves and restores errno can undo a write the section makes in between,
+// and one that writes errno or thread_local variables without restoring
+// them changes the section's. Holding the waiter's signals until its
+// section is over would avoid that, but deadlocks programs that stop their
+// threads with signals and wait for every one to answer (garbage
+// collectors) whenever the thread that stops the world holds a lock with
+// two waiters. Programs whose threads take signals while they wait for a
+// TCLock and whose handlers touch errno or thread-locals set
+// SPINDLE_TCLOCK_ADOPT=0. Without adoption
 // (elsewhere, or SPINDLE_TCLOCK_ADOPT=0):
 //
 //   * errno: spindle carries it both ways. The section starts with the errno
@@ -109,7 +115,8 @@
 //     lock(): __errno_location is declared `const`, so -O2 code may do that,
 //     and then a write in the section lands directly in the waiter's errno
 //     (the waiting thread does not touch its errno: it waits with raw
-//     system calls). At unlock the waiter keeps what was written directly
+//     system calls -- a signal handler that runs on it meanwhile may, as
+//     with adoption above). At unlock the waiter keeps what was written directly
 //     into its errno if anything was, else takes the combiner's final value.
 //     Limit: *inside* one section, code that mixes both (a libc call that
 //     fails, then a read of errno through an address cached before lock())
@@ -124,7 +131,8 @@
 //     not rely on them; if it must, it calls tclock_may_block() first.
 //     Thread-local addresses computed before lock() and reused inside the
 //     section (the compiler may do it) point at the waiter's variables, which
-//     is harmless only because the waiter's thread does not run meanwhile.
+//     is harmless only because the waiter's thread does not run meanwhile
+//     (but for a signal handler on it, as above).
 //     pthread_self() is declared `const` too: inside a section it returns
 //     the combiner's thread, or the waiter's if the compiler reused a call
 //     made before lock() (both GCC 12 and Clang 19 do at -O2). Which one is
