@@ -330,5 +330,6 @@ TEST(HemlockModel, AhoParkSplitUnlock) {
 // 2-CPU machine while other builds ran), per test, all six scenarios:
 //   Naive 2.8 s, Ctr 2.3 s, Overlap 148 s (niced), Aho 50 s -- all pass.
 // The park twins, the same way: CtrPark 164 s, CtrParkSplitUnlock 357 s
-// (the unlock of hemlock_park, the preload library's default lock; niced) --
-// both pass.
+// (the unlock of hemlock_park, the preload library's default lock),
+// NaivePark 952 s (niced, beside other work) -- all pass. The other park
+// twins have run under the default bound only.
