@@ -28,12 +28,14 @@ __attribute__((visibility("hidden"))) int spindle_preload_cancellable_wait(
     uint32_t* word, uint32_t expected, int op, const struct timespec* abs,
     void (*cleanup)(void*), void* arg) {
     volatile int err = 0; /* volatile: set after the setjmp of pthread_cleanup_push */
-    int oldtype;
+    const int caller_errno = errno; /* syscall() sets errno on failure (a timeout, EAGAIN); */
+    int oldtype;                    /* pthread_cond_*wait return their error, and leave errno */
     pthread_cleanup_push(cleanup, arg);
     pthread_setcanceltype(PTHREAD_CANCEL_ASYNCHRONOUS, &oldtype);
     if (syscall(SYS_futex, word, op, expected, abs, NULL, FUTEX_BITSET_MATCH_ANY) != 0)
         err = errno;
     pthread_setcanceltype(oldtype, &oldtype);
     pthread_cleanup_pop(0);
+    errno = caller_errno;
     return err;
 }

@@ -1129,14 +1129,16 @@ static int adopts_thread_pointer(void) {
 static uint64_t dlg_tail(void) {
     return __atomic_load_n((const uint64_t*)(const void*)((const unsigned char*)&g_dlg + 32), __ATOMIC_ACQUIRE);
 }
-static void test_delegation(void) {
+/* Main holds g_dlg while threads 0, 1 and 2 queue on it, in that order,
+ * each running fn((k | mode << 8)); then releases it and joins them. */
+static void queue_three(void* (*fn)(void*), int mode) {
     int tclock = strncmp(g_lock, "tclock", 6) == 0;
     pthread_t t[3];
     CHECK_EQ(pthread_mutex_lock(&g_dlg), 0);
     for (int k = 0; k < 3; ++k) {
         uint64_t before = tclock ? dlg_tail() : 0;
         atomic_store(&g_dlg_delegated[k], -1);
-        start(&t[k], delegated_section, (void*)(intptr_t)k);
+        start(&t[k], fn, (void*)(intptr_t)(k | mode << 8));
         if (tclock) { /* until it queued: the tail names it */
             while (dlg_tail() == before) sched_yield();
         } else {
@@ -1145,10 +1147,22 @@ static void test_delegation(void) {
     }
     CHECK_EQ(pthread_mutex_unlock(&g_dlg), 0);
     for (int k = 0; k < 3; ++k) join(t[k]);
-    if (tclock) {
+}
+
+static void check_delegated_second(void) {
+    if (strncmp(g_lock, "tclock", 6) == 0) {
         CHECK_EQ(atomic_load(&g_dlg_delegated[0]), 0); /* the head, then the combiner */
         CHECK_EQ(atomic_load(&g_dlg_delegated[1]), 1); /* run by the combiner */
         CHECK_EQ(atomic_load(&g_dlg_delegated[2]), 0); /* the tail: the next head */
+    } else {
+        for (int k = 0; k < 3; ++k) CHECK_EQ(atomic_load(&g_dlg_delegated[k]), 0);
+    }
+}
+
+static void test_delegation(void) {
+    queue_three(delegated_section, 0);
+    check_delegated_second();
+    if (strncmp(g_lock, "tclock", 6) == 0) {
         /* Run by the combiner, as itself where the combiner adopts the
          * waiter's thread pointer (x86-64 with FSGSBASE, unless
          * SPINDLE_TCLOCK_ADOPT=0), as the combiner otherwise. */
@@ -1156,8 +1170,48 @@ static void test_delegation(void) {
         CHECK_EQ(atomic_load(&g_dlg_as_self[0]), 1);
         CHECK_EQ(atomic_load(&g_dlg_as_self[2]), 1);
     } else {
-        for (int k = 0; k < 3; ++k) CHECK_EQ(atomic_load(&g_dlg_delegated[k]), 0);
         for (int k = 0; k < 3; ++k) CHECK_EQ(atomic_load(&g_dlg_as_self[k]), 1);
+    }
+}
+
+/* A delegated section that blocks first thing: a sleeping call (mode 0) or
+ * a condition wait on the very mutex it holds (mode 1). Under the TCLocks the
+ * library moves the section back to its own thread before it sleeps, so the
+ * combiner and the batch behind it do not sleep with it; the wait times out
+ * with the mutex held again, and errno comes home with the section. */
+static pthread_cond_t g_dlg_cv = PTHREAD_COND_INITIALIZER;
+static atomic_int g_dlg_home_after[3]; /* after the blocking call, the section ran on its own thread */
+static void* blocking_section(void* p) {
+    int k = (int)(intptr_t)p & 0xff, mode = (int)(intptr_t)p >> 8;
+    long my_tid = kernel_tid();
+    CHECK_EQ(pthread_mutex_lock(&g_dlg), 0);
+    atomic_store(&g_dlg_delegated[k], kernel_tid() != my_tid);
+    *g_errno_at() = 3000 + k;
+    if (mode == 0) {
+        struct timespec ts = {0, 1000};
+        CHECK_EQ(nanosleep(&ts, NULL), 0);
+    } else {
+        struct timespec dl;
+        CHECK_EQ(clock_gettime(CLOCK_REALTIME, &dl), 0);
+        dl.tv_nsec += 1000000;
+        if (dl.tv_nsec >= 1000000000) {
+            dl.tv_sec += 1;
+            dl.tv_nsec -= 1000000000;
+        }
+        CHECK_EQ(pthread_cond_timedwait(&g_dlg_cv, &g_dlg, &dl), ETIMEDOUT);
+    }
+    atomic_store(&g_dlg_home_after[k], kernel_tid() == my_tid);
+    CHECK_EQ(*g_errno_at(), 3000 + k);
+    CHECK_EQ(pthread_mutex_unlock(&g_dlg), 0);
+    return NULL;
+}
+
+static void test_delegated_blocking(void) {
+    for (int mode = 0; mode < 2; ++mode) {
+        for (int k = 0; k < 3; ++k) atomic_store(&g_dlg_home_after[k], -1);
+        queue_three(blocking_section, mode);
+        check_delegated_second();
+        for (int k = 0; k < 3; ++k) CHECK_EQ(atomic_load(&g_dlg_home_after[k]), 1);
     }
 }
 
@@ -1470,6 +1524,7 @@ int main(int argc, char** argv) {
     PART(test_stress);
     PART(test_identity);
     PART(test_delegation);
+    PART(test_delegated_blocking);
     PART(test_cond_many);
     PART(test_read_again);
     PART(test_fork_in_section);
