@@ -904,29 +904,23 @@ two_combiners run_across_two_combiners(L& l1, L& l2, const std::function<void()>
         l1.unlock();
         r.err_after[i] = running_errno();
     }, [&] {
-        const void* t = tail_of(l2);
-        x = std::thread([&] {
-            r.x_own = tid();
-            errno = 900;
+        // X and Y: one plain l2 section each, recording where it ran and errno.
+        auto l2_section = [&l2](long& own, long& in, int& err_in, int& err_after, int err0) {
+            own = tid();
+            errno = err0;
             l2.lock();
-            r.in_x = tid();
-            r.x_err_in = running_errno();
+            in = tid();
+            err_in = running_errno();
             l2.unlock();
-            r.x_err_after = running_errno();
-        });
+            err_after = running_errno();
+        };
+        const void* t = tail_of(l2);
+        x = std::thread([&r, l2_section] { l2_section(r.x_own, r.in_x, r.x_err_in, r.x_err_after, 900); });
         while (tail_of(l2) == t) std::this_thread::yield();
-        h = std::thread([&, tx = tail_of(l2)] {
+        h = std::thread([&, l2_section, tx = tail_of(l2)] {
             while (tail_of(l2) == tx) std::this_thread::yield();
             const void* tb = tail_of(l2);
-            y = std::thread([&] {
-                r.y_own = tid();
-                errno = 901;
-                l2.lock();
-                r.in_y = tid();
-                r.y_err_in = running_errno();
-                l2.unlock();
-                r.y_err_after = running_errno();
-            });
+            y = std::thread([&r, l2_section] { l2_section(r.y_own, r.in_y, r.y_err_in, r.y_err_after, 901); });
             while (tail_of(l2) == tb) std::this_thread::yield();
             l2.unlock();
         });
