@@ -151,6 +151,12 @@ inline void wait_step(unsigned& spins) noexcept {
         sched_yield_now();
     }
 }
+// The same for a waiter that sleeps after a number of steps: `spins` keeps
+// counting past 128, for the caller to compare with its park threshold.
+inline void counted_wait_step(unsigned& spins) noexcept {
+    if (++spins < 128) arch::cpu_relax();
+    else sched_yield_now();
+}
 
 constexpr std::size_t eph_stack_size = 256 * 1024;  // usable bytes of each ephemeral stack
 constexpr std::size_t eph_min_room = 64 * 1024;     // free below every frame: a signal handler's room
@@ -634,8 +640,7 @@ struct gate_blocking : gate_spin {
                 continue;
             }
             if (spins < head_park_after) {
-                ++spins;
-                if (spins < 128) arch::cpu_relax(); else sched_yield_now();
+                counted_wait_step(spins);
                 continue;
             }
             std::uint32_t want = s | tc_sleeper;
@@ -813,8 +818,7 @@ struct core {
                     }
                     continue;
                 }
-                ++spins;
-                if (spins < 128) arch::cpu_relax(); else sched_yield_now();
+                counted_wait_step(spins);
             } else {
                 wait_step(spins);
             }
@@ -1086,8 +1090,7 @@ void tc_lock_shared_slow(tc_word* w) noexcept {
         std::uint32_t s = w->state.load(std::memory_order_acquire);
         if ((s & rw_writer_mask) == 0) break;
         if (spins < park_after) {
-            ++spins;
-            if (spins < 128) arch::cpu_relax(); else sched_yield_now();
+            counted_wait_step(spins);
             continue;
         }
         // Same protocol as the blocking head: set rsleep on the value seen,

@@ -650,6 +650,7 @@ std::atomic<std::uintptr_t> g_sig_sp{0};
     g_sig_sp.store(reinterpret_cast<std::uintptr_t>(&probe), std::memory_order_relaxed);
     errno = 99;
     errno = saved;
+    // Release pairs with the section's acquire loads: g_sig_sp is then visible.
     g_sig_count.fetch_add(1, std::memory_order_release);
 }
 
@@ -701,6 +702,7 @@ TEST(TClockSignal, SignalToAWaiterWhoseSectionIsDelegated) {
                 // the running (kernel) thread, B.
                 errno = 7;
                 ::syscall(SYS_tgkill, ::getpid(), own[1], SIGUSR1);
+                // Acquire pairs with the handler's release increment.
                 while (g_sig_count.load(std::memory_order_acquire) == 0) std::this_thread::yield();
                 ran_during = g_sig_count.load(std::memory_order_acquire);
                 errno_in = errno;
@@ -819,6 +821,7 @@ std::atomic<std::uintptr_t> g_big_lo{0};
     for (std::size_t k = 0; k < n; ++k) ok = ok && buf[k] == static_cast<unsigned char>(k * 7 + 1);
     g_big_lo.store(reinterpret_cast<std::uintptr_t>(buf), std::memory_order_relaxed);
     g_big_ok.store(ok ? 1 : 0, std::memory_order_relaxed);
+    // Release pairs with the test's acquire load: g_big_lo and g_big_ok are set.
     g_big_count.fetch_add(1, std::memory_order_release);
 }
 
@@ -853,6 +856,7 @@ TEST(TClockSignal, HandlerNeeding32KiBRunsOnTheEphemeralStack) {
     while (w_tid.load() == 0 || tail_of(m) == nullptr) std::this_thread::yield();
     const auto q = reinterpret_cast<std::uintptr_t>(tail_of(m));
     ::syscall(SYS_tgkill, ::getpid(), w_tid.load(), SIGUSR2);
+    // Acquire pairs with the handler's release increment.
     while (g_big_count.load(std::memory_order_acquire) == 0) std::this_thread::yield();
     const std::uintptr_t lo = g_big_lo.load(std::memory_order_relaxed);
     mapping at, below, at_q, below_q;
