@@ -3,7 +3,9 @@
 // invariants.
 #include <spindle/runtime/scheduler.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -483,14 +485,19 @@ void park(waiter* wt) noexcept {
     while (wt->state.load(std::memory_order_acquire) != park_notified) futex_wait(&wt->state, park_parked);
 }
 
-bool thread_park_spin(waiter* wt) noexcept {
-    for (unsigned i = 0; i < thread_park_spins + thread_park_yields; ++i) {
+bool thread_park_spin(waiter* wt, std::chrono::steady_clock::time_point deadline) noexcept {
+    for (unsigned i = 0; i < thread_park_spins; ++i) {
         // acquire pairs with unpark's exchange.
         if (wt->state.load(std::memory_order_acquire) == park_notified) return true;
-        if (i < thread_park_spins) arch::cpu_relax();
-        else sched_yield_now();  // oversubscribed: let the thread that will wake us run
+        arch::cpu_relax();
     }
-    return false;
+    const bool timed = deadline != std::chrono::steady_clock::time_point::max();
+    for (unsigned i = 0;; ++i) {
+        // acquire pairs with unpark's exchange.
+        if (wt->state.load(std::memory_order_acquire) == park_notified) return true;
+        if (i == thread_park_yields || (timed && std::chrono::steady_clock::now() >= deadline)) return false;
+        sched_yield_now();  // oversubscribed: let the thread that will wake us run
+    }
 }
 
 void unpark(waiter* wt) noexcept {

@@ -72,7 +72,7 @@ void wait_guard::wait() noexcept {
     // A thread with a deadline: spin a little, as park() does, then
     // futex_wait with a relative timeout; when it expires, cancel ourselves,
     // then wait for whichever unpark won.
-    if (thread_park_spin(&n_.w)) return;
+    if (thread_park_spin(&n_.w, deadline_)) return;
     tclock_may_block();  // not on a combiner's thread: see park()
     std::uint32_t s = park_empty;
     // empty -> parked: unpark must futex_wake us now (see park()). acq_rel

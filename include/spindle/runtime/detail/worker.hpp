@@ -53,6 +53,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -83,16 +84,37 @@ inline constexpr std::uint32_t park_parked = 1;    // a fiber's context is saved
 inline constexpr std::uint32_t park_notified = 2;  // woken
 
 // An OS thread watches for its unpark a little before it sleeps: first
-// thread_park_spins cpu_relax steps (well under a microsecond or two), then
-// thread_park_yields sched_yield calls. A handoff that comes that soon -- the
-// common case under contention, where the holder's next release is a
-// critical section away -- then costs neither side a system call, and the
-// woken thread runs at once instead of after a cross-CPU wake-up. The yields
-// are for oversubscription: a waiter that only spun would keep the thread
-// that is to wake it off the CPU (bench/cqs barrier with 4 threads on 2
-// CPUs: 43 us a phase spinning 1024 steps, 15 us with these numbers).
-inline constexpr unsigned thread_park_spins = 128;
-inline constexpr unsigned thread_park_yields = 8;
+// thread_park_spins cpu_relax steps (about 0.4 us on the 2-CPU EPYC we
+// measure on), then up to thread_park_yields sched_yield calls (stopping at
+// the wait's deadline, if it has one). Then it sleeps on the futex.
+//   - The spin catches a handoff that comes at once (a semaphore passed back
+//     and forth between two threads on two CPUs) at cache-miss latency.
+//     Longer spinning costs the oversubscribed case: every cpu_relax step
+//     there is taken from a thread that has yet to arrive or release.
+//   - The yields make a wait on an otherwise idle CPU last about as long as
+//     a futex sleep and its wake-up would cost (a yield returns in ~0.4 us
+//     when nothing else is runnable, so ~25 us; a sleep and wake-up here cost
+//     15-20 us, most of it waking an idle CPU): the usual spin-then-block
+//     rule, which keeps a waiter within 2x of the better fixed choice. A wait
+//     shorter than that (a latch whose count-downs take 13 us) ends without
+//     a system call on the waking side.
+//   - Yields, not spins, because with more threads than CPUs a spinning
+//     waiter keeps the thread that is to wake it off the CPU, while a
+//     yielding one gives way and is still awake, and so quick to resume,
+//     when its turn comes. Counted rather than timed for the same reason: a
+//     time limit would put the waiter to sleep exactly when others are
+//     running, and its wake-up would then cost a futex_wake and a
+//     reschedule (semaphore, 1 permit, 8 threads: 0.10-0.16 M/s with a
+//     20 us limit, 0.35-0.41 M/s counted).
+// bench/cqs, threads, 2 CPUs, this vs std in the same run (before: 128
+// cpu_relax + 8 yields): latch with 1/2/4 actors 15k/11k/17k ns a round vs
+// std 31-38k/16k/16k (before 45-50k/20k/21k); barrier with 2/4/8 parties
+// 0.55k/4.3-4.5k/8.5-9.6k ns a phase vs std 1.5-2.4k/4.3k/8.1-9.2k (before
+// 0.5k/9-13k/19k); semaphore with 1 permit and 2/4/8 threads 2.3/0.61/0.40
+// M/s vs std 2.4/2.2/2.2 (before 2.6/0.24-0.42/0.25-0.38: the FIFO handoff
+// to a thread that is not running is what remains).
+inline constexpr unsigned thread_park_spins = 16;
+inline constexpr unsigned thread_park_yields = 64;
 
 // Someone who waits: a fiber or an OS thread. Lives on the waiter's stack.
 struct waiter {
@@ -228,7 +250,10 @@ SPINDLE_ALWAYS_INLINE void run_post(worker* w) noexcept {
 }
 SPINDLE_SWITCH_FN void yield_slow(worker* w) noexcept;   // this_fiber::yield() with work queued
 void park(waiter* wt) noexcept;                         // wait until unparked
-bool thread_park_spin(waiter* wt) noexcept;             // a thread's spin before it sleeps: true if unparked
+// A thread's spin before it sleeps (see thread_park_spins): true if unparked.
+// It gives up by `deadline` at the latest.
+bool thread_park_spin(waiter* wt,
+                      std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) noexcept;
 void unpark(waiter* wt) noexcept;                       // wake it (dispatch)
 // Wake `wt` with a handoff policy (0 inline_resume, 1 dispatch, 2 ces, as
 // spindle::handoff): switches into a parked fiber waiter when the policy and
