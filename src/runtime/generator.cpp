@@ -32,7 +32,8 @@ void generator_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     arch::switch_shared_final<gen_self_off, gen_caller_off>(f, 0);
 }
 
-void gen_eh_enter_slow(generator_frame_base* f, arch::eh_state* g) noexcept {
+void gen_eh_enter_slow(generator_frame_base* f) noexcept {
+    arch::eh_state* g = arch::detail::eh_globals();
     // The consumer may be inside a handler: park its state, run the body with
     // the one it left at its last yield (zero if it yielded outside handlers).
     f->caller.eh = *g;
@@ -41,7 +42,8 @@ void gen_eh_enter_slow(generator_frame_base* f, arch::eh_state* g) noexcept {
     f->status = static_cast<std::uint8_t>((f->status & ~gen_body_eh) | gen_eh_swapped);
 }
 
-void gen_eh_leave_slow(generator_frame_base* f, arch::eh_state* g) noexcept {
+void gen_eh_leave_slow(generator_frame_base* f) noexcept {
+    arch::eh_state* g = arch::detail::eh_globals();
     // Park the body's state (it may be yielding inside a handler) and give
     // the consumer back its own: parked by the resume, or zero if none was.
     const arch::eh_state body = *g;

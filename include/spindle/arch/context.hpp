@@ -93,13 +93,21 @@ namespace detail {
 // access would let the compiler reuse a __tls_get_addr result from before
 // the switch, i.e. the previous thread's variable.
 
-// This thread's __cxa_eh_globals, looked up once per thread.
-inline thread_local void* tl_eh_globals SPINDLE_INITIAL_EXEC_TLS = nullptr;
-SPINDLE_ALWAYS_INLINE void* eh_globals() noexcept {
-    void* g = tl_eh_globals;
-    if (g == nullptr) [[unlikely]]
-        g = tl_eh_globals = abi::__cxa_get_globals();
-    return g;
+// This thread's __cxa_eh_globals, looked up once per thread. Until then
+// tl_eh_globals points at eh_lookup_pending, a state that reads "an exception
+// is in flight": the fast test of a switch (eh_globals_peek) then fails, and
+// its slow path looks the real one up (eh_globals). So the fast path, run on
+// every switch, needs no null test.
+inline constexpr eh_state eh_lookup_pending{nullptr, 1};
+inline thread_local const eh_state* tl_eh_globals SPINDLE_INITIAL_EXEC_TLS = &eh_lookup_pending;
+// For the fast test only: this thread's state, or eh_lookup_pending.
+SPINDLE_ALWAYS_INLINE const eh_state* eh_globals_peek() noexcept { return tl_eh_globals; }
+// This thread's state, to read and write.
+SPINDLE_ALWAYS_INLINE eh_state* eh_globals() noexcept {
+    const eh_state* g = tl_eh_globals;
+    if (g == &eh_lookup_pending) [[unlikely]]
+        g = tl_eh_globals = reinterpret_cast<const eh_state*>(abi::__cxa_get_globals());
+    return const_cast<eh_state*>(g);
 }
 #if SPINDLE_ASAN
 // The context a switch on this thread started from; read right after the
@@ -150,12 +158,13 @@ inline void annotate_destroy_context([[maybe_unused]] context* ctx) noexcept {
 SPINDLE_ALWAYS_INLINE void swap_eh_state([[maybe_unused]] context* from, [[maybe_unused]] context* to,
                                          [[maybe_unused]] bool from_finished) noexcept {
 #if SPINDLE_SWITCH_EH_STATE
-    auto* g = static_cast<eh_state*>(detail::eh_globals());
-    const eh_state cur = *g;
+    const eh_state* peek = detail::eh_globals_peek();
     const eh_state next = to->eh;
-    if ((reinterpret_cast<std::uintptr_t>(cur.caught) | cur.uncaught |
+    if ((reinterpret_cast<std::uintptr_t>(peek->caught) | peek->uncaught |
          reinterpret_cast<std::uintptr_t>(next.caught) | next.uncaught) != 0) [[unlikely]] {
-        if (!from_finished) from->eh = cur;
+        // Re-read: `peek` may have been eh_lookup_pending.
+        eh_state* g = detail::eh_globals();
+        if (!from_finished) from->eh = *g;
         *g = next;
         to->eh = eh_state{};
     }

@@ -119,17 +119,19 @@ void release_generator_frame(generator_frame_base* f) noexcept;
 SPINDLE_ALWAYS_INLINE bool eh_state_busy(const arch::eh_state& e) noexcept {
     return (reinterpret_cast<std::uintptr_t>(e.caught) | e.uncaught) != 0;
 }
-SPINDLE_NOINLINE void gen_eh_enter_slow(generator_frame_base* f, arch::eh_state* g) noexcept;
-SPINDLE_NOINLINE void gen_eh_leave_slow(generator_frame_base* f, arch::eh_state* g) noexcept;
+// (A thread's first test reads arch::detail::eh_lookup_pending, which looks
+// busy: its slow path does the lookup and a swap that is always correct.)
+SPINDLE_NOINLINE void gen_eh_enter_slow(generator_frame_base* f) noexcept;
+SPINDLE_NOINLINE void gen_eh_leave_slow(generator_frame_base* f) noexcept;
 SPINDLE_ALWAYS_INLINE void gen_eh_enter(generator_frame_base* f) noexcept {
-    auto* g = static_cast<arch::eh_state*>(arch::detail::eh_globals());
+    const arch::eh_state* g = arch::detail::eh_globals_peek();
     if ((reinterpret_cast<std::uintptr_t>(g->caught) | g->uncaught | (f->status & gen_body_eh)) != 0) [[unlikely]]
-        gen_eh_enter_slow(f, g);
+        gen_eh_enter_slow(f);
 }
 SPINDLE_ALWAYS_INLINE void gen_eh_leave(generator_frame_base* f) noexcept {
-    auto* g = static_cast<arch::eh_state*>(arch::detail::eh_globals());
+    const arch::eh_state* g = arch::detail::eh_globals_peek();
     if ((reinterpret_cast<std::uintptr_t>(g->caught) | g->uncaught | (f->status & gen_eh_swapped)) != 0) [[unlikely]]
-        gen_eh_leave_slow(f, g);
+        gen_eh_leave_slow(f);
 }
 
 }  // namespace detail
