@@ -27,12 +27,24 @@ void generator_entry(arch::raw_context* self, arch::raw_context*) noexcept {
         f->error = std::current_exception();
     }
     f->status |= gen_done;
-    f->running = false;
-    gen_eh_leave(f);
-    arch::switch_shared_final<gen_self_off, gen_caller_off>(f, 0);
+    if constexpr (gen_resume_after_done_ok) {
+        // The context stays: every later resume lands here and comes straight
+        // back, and the consumer sees `done` again. The stack goes with the
+        // frame (release_generator_frame).
+        for (;;) {
+            f->running = false;
+            f = gen_eh_leave(f);
+            std::uintptr_t word = 0;
+            f = gen_yield(f, word);
+        }
+    } else {
+        f->running = false;
+        f = gen_eh_leave(f);
+        arch::switch_shared_final<gen_self_off, gen_caller_off>(f, 0);
+    }
 }
 
-void gen_eh_enter_slow(generator_frame_base* f) noexcept {
+generator_frame_base* gen_eh_enter_slow(generator_frame_base* f) noexcept {
     arch::eh_state* g = arch::detail::eh_globals();
     // The consumer may be inside a handler: park its state, run the body with
     // the one it left at its last yield (zero if it yielded outside handlers).
@@ -40,9 +52,10 @@ void gen_eh_enter_slow(generator_frame_base* f) noexcept {
     *g = f->self.eh;
     f->self.eh = arch::eh_state{};
     f->status = static_cast<std::uint8_t>((f->status & ~gen_body_eh) | gen_eh_swapped);
+    return f;
 }
 
-void gen_eh_leave_slow(generator_frame_base* f) noexcept {
+generator_frame_base* gen_eh_leave_slow(generator_frame_base* f) noexcept {
     arch::eh_state* g = arch::detail::eh_globals();
     // Park the body's state (it may be yielding inside a handler) and give
     // the consumer back its own: parked by the resume, or zero if none was.
@@ -52,6 +65,7 @@ void gen_eh_leave_slow(generator_frame_base* f) noexcept {
     f->caller.eh = arch::eh_state{};
     f->status = static_cast<std::uint8_t>((f->status & ~(gen_eh_swapped | gen_body_eh)) |
                                           (eh_state_busy(body) ? gen_body_eh : 0));
+    return f;
 }
 
 void generator_misuse(std::uint64_t id, const char* what) noexcept {

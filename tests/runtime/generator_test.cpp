@@ -30,6 +30,42 @@ TEST(Generator, YieldsInOrderThenEnds) {
     EXPECT_FALSE(g.next());  // stays finished
 }
 
+TEST(Generator, RangeForEndsAfterANextInsideItEndedTheBody) {
+    // The loop's ++ comes after the body ended through direct next() calls:
+    // the loop ends, without rerunning the body or resuming a dead context.
+    // Then the same with a body that throws: the exception reaches the
+    // next() that ran into it, once.
+    int runs = 0;
+    generator<int> g([&runs](auto& y) {
+        ++runs;
+        y(1);
+        y(2);
+    });
+    std::vector<int> seen;
+    for (int v : g) {
+        seen.push_back(v);
+        ASSERT_TRUE(g.next());
+        EXPECT_EQ(g.value(), 2);
+        EXPECT_FALSE(g.next());
+    }
+    EXPECT_EQ(seen, (std::vector<int>{1}));
+    EXPECT_EQ(runs, 1);
+    EXPECT_FALSE(g.next());
+
+    generator<int> t([](auto& y) {
+        y(1);
+        throw std::logic_error("body");
+    });
+    int loops = 0;
+    for (int v : t) {
+        EXPECT_EQ(v, 1);
+        ++loops;
+        EXPECT_THROW(t.next(), std::logic_error);
+    }
+    EXPECT_EQ(loops, 1);
+    EXPECT_FALSE(t.next());
+}
+
 TEST(Generator, RangeFor) {
     std::uint64_t sum = 0;
     for (std::uint64_t v : generator<std::uint64_t>([](auto& y) {
