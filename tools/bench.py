@@ -22,7 +22,9 @@ What it does
    ``<out>/machine.json`` (CPU, kernel, date, git commit, the build's
    ``build_info.json`` under "build", and under "run" the command line and
    how each suite ended).
-3. Writes ``<out>/report.md``: machine header, then per suite, per workload,
+3. Writes ``<out>/report.md``: machine header, the targets the project's
+   issues set (TARGETS below: each measured point, met or MISSED; also
+   summed up on stdout), then per suite, per workload,
    one table per comparison group (records sharing suite, workload, params and
    metric), or one wide table when the workload is a sweep over one numeric
    parameter; ratios against the group's reference variant.
@@ -746,6 +748,177 @@ def render_comparison(new: Sequence[dict], old: Sequence[dict],
     return lines
 
 
+# ---------------------------------------------------------------------------
+# Targets
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    """A goal the project states for a benchmark, checked against a run.
+
+    The measured value is the median of `variant`, or, with `over`, the
+    median of `variant` divided by the median of `over` in the same
+    comparison group (the same interleaved rounds). `where` picks the
+    comparison points (params) the goal is about; every such point gets a
+    row, or, with `worst`, only the point furthest from the goal."""
+
+    issue: int
+    goal: str
+    suite: str
+    workload: str
+    metric: str
+    variant: str
+    over: str | None
+    op: str  # ">=", ">" or "<="
+    bound: float
+    where: Callable[[dict], bool] | None = None
+    worst: bool = False
+
+
+def _uncontended(p: dict) -> bool:
+    return p.get("threads", 0) <= p.get("permits", 0)
+
+
+def _contended(p: dict) -> bool:
+    return p.get("threads", 0) > p.get("permits", 0)
+
+
+# The targets of the issues, as the benchmarks measure them (see
+# ../shared/design/BENCHMARKS.md for the workloads).
+TARGETS: tuple[Target, ...] = (
+    Target(2, "yield ring: ns per yield (empty loop subtracted)", "switch", "yield",
+           "ns_per_op", "spindle", None, "<=", 2.5),
+    Target(2, "yield ring: Boost.Context fiber's time / spindle's", "switch", "yield",
+           "ns_per_op", "boost_context", "spindle", ">=", 2.0),
+    Target(2, "sum of sequence: spindle generator's time / C++20 stackless's", "switch", "sum",
+           "ns_per_op", "spindle", "cxx20_stackless", "<=", 1.3),
+    Target(2, "Hanoi(20): C++20 stackless generator's time / spindle's", "switch", "hanoi",
+           "ns_per_op", "cxx20_stackless", "spindle", ">=", 3.0, lambda p: p.get("disks") == 20),
+    Target(2, "Hanoi(20): Boost.Context's time / spindle's", "switch", "hanoi",
+           "ns_per_op", "boost_context", "spindle", ">=", 1.5, lambda p: p.get("disks") == 20),
+    Target(2, "write_fully: Boost.Context's time / spindle's", "switch", "write_fully",
+           "ns_per_op", "boost_context", "spindle", ">", 1.0),
+    Target(2, "write_fully: C++20 stackless's time / spindle's", "switch", "write_fully",
+           "ns_per_op", "cxx20_stackless", "spindle", ">", 1.0),
+    Target(2, "100 000 fibers with 16 KiB stacks: MiB of RSS", "switch", "memory",
+           "rss_mib_total", "spindle", None, "<=", 2048.0),
+    Target(4, "abort: suspend + cancel cost / its cost with no waiter queued (simple)", "cqs",
+           "abort", "growth_from_empty", "spindle_simple", None, "<=", 1.5, worst=True),
+    Target(4, "abort: suspend + cancel cost / its cost with no waiter queued (smart)", "cqs",
+           "abort", "growth_from_empty", "spindle_smart", None, "<=", 1.5, worst=True),
+    Target(4, "abort at 10 000 queued: linear-removal queue's cost / spindle's (simple)", "cqs",
+           "abort", "speedup_vs_linear_removal", "spindle_simple", None, ">=", 50.0,
+           lambda p: p.get("queued") == 10000),
+    Target(4, "semaphore, threads <= permits: spindle (fibers) / std::counting_semaphore", "cqs",
+           "semaphore", "ops_per_s", "spindle_fiber", "std_counting_semaphore", ">=", 1.0,
+           _uncontended),
+    Target(4, "semaphore, threads <= permits: spindle (threads) / std::counting_semaphore", "cqs",
+           "semaphore", "ops_per_s", "spindle_thread", "std_counting_semaphore", ">=", 1.0,
+           _uncontended),
+    Target(4, "semaphore, threads > permits: spindle (fibers) / std::counting_semaphore (threads)",
+           "cqs", "semaphore", "ops_per_s", "spindle_fiber", "std_counting_semaphore", ">=", 2.0,
+           _contended),
+    Target(4, "latch: std::latch's time / spindle's (fibers)", "cqs", "latch", "ns_per_round",
+           "std_latch", "spindle_fiber", ">=", 1.0),
+    Target(4, "latch: std::latch's time / spindle's (threads)", "cqs", "latch", "ns_per_round",
+           "std_latch", "spindle_thread", ">=", 1.0),
+    Target(4, "barrier: std::barrier's time / spindle's (fibers)", "cqs", "barrier",
+           "ns_per_phase", "std_barrier", "spindle_fiber", ">=", 1.0),
+    Target(4, "barrier: std::barrier's time / spindle's (threads)", "cqs", "barrier",
+           "ns_per_phase", "std_barrier", "spindle_thread", ">=", 1.0),
+)
+
+
+@dataclasses.dataclass
+class TargetResult:
+    target: Target
+    params: dict | None  # None: no point of the goal was measured
+    value: float | None
+    points: int = 1  # how many points a `worst` result was picked from
+
+    @property
+    def met(self) -> bool | None:
+        if self.value is None:
+            return None
+        t = self.target
+        if t.op == ">=":
+            return self.value >= t.bound
+        if t.op == ">":
+            return self.value > t.bound
+        return self.value <= t.bound
+
+
+def check_targets(records: Sequence[dict],
+                  targets: Sequence[Target] = TARGETS) -> list[TargetResult]:
+    """One result per measured point of each target whose suite has records
+    in this run; a target of such a suite with no point gets one result with
+    params None ("not measured")."""
+    suites = {r["suite"] for r in records}
+    groups = group_records(records)
+    out: list[TargetResult] = []
+    for t in targets:
+        if t.suite not in suites:
+            continue
+        found: list[TargetResult] = []
+        for g in groups:
+            if (g.suite, g.workload, g.metric) != (t.suite, t.workload, t.metric):
+                continue
+            if t.where is not None and not t.where(g.params):
+                continue
+            by_variant = {r["variant"]: r for r in g.records}
+            row = by_variant.get(t.variant)
+            if row is None:
+                continue
+            value: float | None = row["median"]
+            if t.over is not None:
+                den = by_variant.get(t.over)
+                if den is None:
+                    continue
+                value = None if den["median"] == 0 else row["median"] / den["median"]
+            found.append(TargetResult(t, g.params, value))
+        if not found:
+            out.append(TargetResult(t, None, None))
+        elif t.worst:
+            def badness(r: TargetResult) -> float:
+                if r.value is None:
+                    return math.inf
+                return r.value if t.op == "<=" else -r.value
+            w = max(found, key=badness)
+            out.append(TargetResult(t, w.params, w.value, len(found)))
+        else:
+            out += found
+    return out
+
+
+def render_targets(results: Sequence[TargetResult]) -> list[str]:
+    """The report's "Targets" section (nothing when no target applies)."""
+    if not results:
+        return []
+    rows = []
+    for r in results:
+        t = r.target
+        if r.params is None:
+            status, measured, point = "not measured", "-", "-"
+        else:
+            status = "met" if r.met else ("MISSED" if r.met is False else "undefined")
+            measured = "-" if r.value is None else fmt_num(r.value)
+            point = fmt_params(r.params)
+            if r.points > 1:
+                point = f"worst of {r.points}: {point}"
+        rows.append([f"#{t.issue}", t.goal, point, measured, f"{t.op} {fmt_num(t.bound)}", status])
+    met = sum(1 for r in results if r.met)
+    missed = sum(1 for r in results if r.met is False)
+    lines = ["## Targets", "",
+             f"The goals the project's issues set for these benchmarks, against this "
+             f"run's medians (a ratio divides two medians of the same comparison, "
+             f"measured in the same interleaved rounds): {met} met, {missed} missed.",
+             ""]
+    lines += md_table(["issue", "goal", "point", "measured", "target", ""], rows,
+                      [False, False, False, True, False, False])
+    return lines + [""]
+
+
 def render_report(records: Sequence[dict], machine: dict,
                   plots: dict[tuple, str] | None = None,
                   compare: tuple[Sequence[dict], str] | None = None,
@@ -754,6 +927,7 @@ def render_report(records: Sequence[dict], machine: dict,
     file name; `compare` is (old records, old path)."""
     plots = plots or {}
     lines = render_header(machine, regenerated_by)
+    lines += render_targets(check_targets(records))
     failed = {s["name"]: s for s in (machine.get("run") or {}).get("suites", [])
               if s.get("exit_code") != 0}
     views = workload_views(group_records(records))
@@ -1195,6 +1369,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     (out_dir / "report.md").write_text(report, encoding="utf-8")
     print(f"wrote {out_dir / 'report.md'} ({len(records)} records, "
           f"{len(plots)} plots)", flush=True)
+    target_results = check_targets(records)
+    if target_results:
+        met = sum(1 for r in target_results if r.met)
+        print(f"targets (report.md, \"Targets\"): {met} of {len(target_results)} met", flush=True)
+        for r in target_results:
+            if not r.met:
+                what = "not measured" if r.params is None else (
+                    f"{fmt_params(r.params)}: {fmt_num(r.value) if r.value is not None else '-'}, "
+                    f"target {r.target.op} {fmt_num(r.target.bound)}")
+                print(f"  #{r.target.issue} {r.target.goal}: {what}", flush=True)
 
     if failed:
         warn("some suites failed; see above")

@@ -364,6 +364,67 @@ class ReportTest(unittest.TestCase):
         self.assertIn("suites this run did not run: ces.", text)
 
 
+class TargetTest(unittest.TestCase):
+    def test_ratio_of_medians_met_and_missed(self):
+        records = [rec("spindle", 2.0, workload="sum", params={"values": 10}),
+                   rec("cxx20_stackless", 1.0, workload="sum", params={"values": 10}),
+                   rec("spindle", 1.2, params={"fibers": 10, "workers": 1}),
+                   rec("boost_context", 6.0, params={"fibers": 10, "workers": 1})]
+        results = {r.target.goal: r for r in bench.check_targets(records)}
+        sum_r = next(r for g, r in results.items() if g.startswith("sum of sequence"))
+        self.assertAlmostEqual(sum_r.value, 2.0)
+        self.assertIs(sum_r.met, False)  # 2.0 > 1.3
+        ring = next(r for g, r in results.items() if g.startswith("yield ring: Boost"))
+        self.assertAlmostEqual(ring.value, 5.0)
+        self.assertIs(ring.met, True)
+        absolute = next(r for g, r in results.items() if g.startswith("yield ring: ns"))
+        self.assertAlmostEqual(absolute.value, 1.2)
+        self.assertIs(absolute.met, True)
+        # A switch target with no record in this run: not measured.
+        hanoi = next(r for g, r in results.items() if g.startswith("Hanoi(20): Boost"))
+        self.assertIsNone(hanoi.params)
+        self.assertIsNone(hanoi.met)
+        # Targets of suites that did not run are left out.
+        self.assertFalse(any(r.target.suite == "cqs" for r in results.values()))
+
+    def test_where_and_worst(self):
+        def abort(q, growth):
+            return rec("spindle_simple", growth, suite="cqs", workload="abort",
+                       params={"queued": q, "waiter": "fiber"}, metric="growth_from_empty")
+        sem = dict(suite="cqs", workload="semaphore", metric="ops_per_s", higher_is_better=True)
+        records = [abort(0, 1.0), abort(1000, 1.7), abort(100000, 1.1),
+                   rec("spindle_fiber", 3.0, params={"permits": 1, "threads": 4}, **sem),
+                   rec("std_counting_semaphore", 1.0, params={"permits": 1, "threads": 4}, **sem),
+                   rec("spindle_fiber", 1.0, params={"permits": 4, "threads": 2}, **sem),
+                   rec("std_counting_semaphore", 1.1, params={"permits": 4, "threads": 2}, **sem)]
+        results = bench.check_targets(records)
+        growth = [r for r in results if r.target.metric == "growth_from_empty"
+                  and r.target.variant == "spindle_simple"]
+        self.assertEqual(len(growth), 1)
+        self.assertEqual(growth[0].params["queued"], 1000)  # the worst point
+        self.assertEqual(growth[0].points, 3)
+        self.assertIs(growth[0].met, False)
+        contended = [r for r in results if r.target.goal.startswith("semaphore, threads > permits")]
+        self.assertEqual([r.params["threads"] for r in contended], [4])
+        self.assertIs(contended[0].met, True)  # 3.0 >= 2
+        uncontended = [r for r in results if r.target.goal.startswith("semaphore, threads <= permits")
+                       and r.target.variant == "spindle_fiber"]
+        self.assertEqual([r.params["permits"] for r in uncontended], [4])
+        self.assertIs(uncontended[0].met, False)  # 1.0 / 1.1
+
+    def test_report_section(self):
+        records = [rec("spindle", 1.0, workload="sum", params={"values": 10}),
+                   rec("cxx20_stackless", 1.0, workload="sum", params={"values": 10})]
+        text = bench.render_report(records, {})
+        self.assertIn("## Targets", text)
+        self.assertIn("| #2 | sum of sequence", text)
+        self.assertIn("| met |", text)
+        self.assertIn("| not measured |", text)
+        self.assertLess(text.index("## Targets"), text.index("## Suite `switch`"))
+        self.assertNotIn("## Targets", bench.render_report(
+            [rec("x", 1.0, suite="ces", workload="mutex")], {}))
+
+
 class PlotTest(unittest.TestCase):
     def test_pngs_written(self):
         records = ([rec("spindle", 2.0), rec("boost_context", 6.0),
