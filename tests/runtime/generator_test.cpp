@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -168,6 +169,39 @@ TEST(Generator, MoveKeepsState) {
     EXPECT_TRUE(a.done());
     ASSERT_TRUE(b.next());
     EXPECT_EQ(b.value(), 1);
+}
+
+TEST(Generator, HandleMovedWhileItsBodyRuns) {
+    // The frame does not move with the handle, so moving the generator
+    // object while its body runs (a body that appends to the vector holding
+    // it, which reallocates) must leave the moved-from object empty: next()
+    // must not touch the object it was called on once the body has run.
+    std::optional<generator<int>> holder;
+    generator<int>* self = nullptr;
+    generator<int> g([&](auto& y) {
+        holder.emplace(std::move(*self));
+        y(1);
+    });
+    self = &g;
+    ASSERT_TRUE(g.next());
+    EXPECT_EQ(holder->value(), 1);
+    EXPECT_EQ(g.id(), 0u) << "next() wrote the frame back into a moved-from generator";
+    if (g.id() != 0) (void)new generator<int>(std::move(g));  // avoid the double release in the failing case
+}
+
+TEST(Generator, VectorReallocatedByABodyWhileItRuns) {
+    // Same, through a reallocation: the old element is destroyed while its
+    // next() is on the stack (ASan: heap-use-after-free in next()).
+    std::vector<generator<int>> gens;
+    gens.reserve(1);
+    gens.emplace_back([&](auto& y) {
+        gens.emplace_back([](auto& y2) { y2(2); });  // reallocates gens
+        y(1);
+    });
+    ASSERT_TRUE(gens[0].next());
+    EXPECT_EQ(gens[0].value(), 1);
+    ASSERT_TRUE(gens[1].next());
+    EXPECT_EQ(gens[1].value(), 2);
 }
 
 TEST(Generator, NestedGenerators) {

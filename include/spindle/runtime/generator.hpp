@@ -72,10 +72,10 @@ std::uint64_t next_generator_id() noexcept;
 // from the switch's output register, made it keep the pointer in rbp, which
 // every switch stores and reloads: one more store-to-load forwarding on the
 // loop's dependency chain. Without it, with the yielder and the iterator
-// writing back the pointer the switch returns, and with the iterator keeping
-// a word-sized value as it came through the switch, bench/switch sum went
-// from 2.05 to 1.60 ns a value on the 2-CPU EPYC (C++20 stackless: 1.27 to
-// 1.75 ns from one process to the next).
+// writing back the pointer the switch returns, bench/switch sum went from
+// 2.05 to 1.6-1.8 ns a value on the 2-CPU EPYC, depending on what the
+// compiler keeps in rbp (C++20 stackless: 1.27 to 1.75 ns from one process
+// to the next).
 inline constexpr bool gen_resume_after_done_ok = !(SPINDLE_ASAN || SPINDLE_TSAN);
 
 // generator_frame_base::status bits.
@@ -275,8 +275,8 @@ public:
         frame_base* f = f_;
         if (f == nullptr || (f->status & detail::gen_done) != 0) [[unlikely]]
             return false;
-        std::uintptr_t word = 0;
-        return resume(f_, word);
+        // A local copy: the body may move or destroy *this while it runs.
+        return resume(f);
     }
 
     [[nodiscard]] const T& value() const noexcept { return f_->get(); }
@@ -290,23 +290,17 @@ public:
         using difference_type = std::ptrdiff_t;
         using reference = const T&;
         iterator() = default;
-        const T& operator*() const noexcept {
-            if constexpr (in_word) return cur_; else return f_->get();
-        }
-        const T* operator->() const noexcept { return std::addressof(**this); }
+        const T& operator*() const noexcept { return f_->get(); }
+        const T* operator->() const noexcept { return std::addressof(f_->get()); }
         iterator& operator++() {
             // The frame pointer is kept here, not re-read from the generator:
             // it comes back from the switch in a register. A body that ended
             // through a direct next() meanwhile answers the resume with the
             // end (detail::gen_resume_after_done_ok), or is tested for first.
-            // A word-sized value is kept here too, as it came through the
-            // switch: *it reads no memory.
-            std::uintptr_t word = 0;
             if constexpr (detail::gen_resume_after_done_ok)
-                at_end_ = !resume(f_, word);
+                at_end_ = !resume(f_);
             else
-                at_end_ = (f_->status & detail::gen_done) != 0 || !resume(f_, word);
-            if constexpr (in_word) std::memcpy(&cur_, &word, sizeof(T));
+                at_end_ = (f_->status & detail::gen_done) != 0 || !resume(f_);
             return *this;
         }
         void operator++(int) { ++*this; }
@@ -314,27 +308,24 @@ public:
 
     private:
         friend class generator;
-        iterator(generator* g, bool at_end) noexcept : f_(g->f_), at_end_(at_end) {
-            if constexpr (in_word)
-                if (!at_end) cur_ = f_->slot;
-        }
+        iterator(generator* g, bool at_end) noexcept : f_(g->f_), at_end_(at_end) {}
         frame_base* f_ = nullptr;
         bool at_end_ = true;
-        struct no_value {};
-        [[no_unique_address]] std::conditional_t<in_word, T, no_value> cur_{};
     };
 
     iterator begin() { return iterator(this, !next()); }
     sentinel end() noexcept { return {}; }
 
 private:
-    // f is not done, or gen_resume_after_done_ok. On true, `word` holds the
-    // value if in_word (and the slot a copy, for value()).
-    SPINDLE_ALWAYS_INLINE static bool resume(frame_base*& f, std::uintptr_t& word) {
+    // f is not done, or gen_resume_after_done_ok. Writes back the frame
+    // pointer the switch returns: pass a copy that the body cannot move or
+    // destroy (a local, an iterator's), never the generator's own f_.
+    SPINDLE_ALWAYS_INLINE static bool resume(frame_base*& f) {
 #if SPINDLE_DEBUG_CHECKS
         if (f->running) detail::generator_misuse(f->id, "resumed from inside its own body");
         f->running = true;
 #endif
+        std::uintptr_t word = 0;
         f = detail::gen_eh_enter(f);
         f = static_cast<frame_base*>(detail::gen_resume(f, word));
         if ((f->status & detail::gen_done) != 0) [[unlikely]]
