@@ -6,7 +6,6 @@
 #include <ctime>
 
 #include <spindle/locks/detail/futex.hpp>
-#include <spindle/locks/tclock.hpp>  // tclock_may_block
 #include <spindle/runtime/fiber.hpp>
 
 namespace spindle::detail {
@@ -72,8 +71,7 @@ void wait_guard::wait() noexcept {
     // A thread with a deadline: spin a little, as park() does, then
     // futex_wait with a relative timeout; when it expires, cancel ourselves,
     // then wait for whichever unpark won.
-    if (thread_park_spin(&n_.w, deadline_)) return;
-    tclock_may_block();  // not on a combiner's thread: see park()
+    if (thread_park_spin(&n_.w, deadline_)) return;  // (and not on a combiner's thread)
     std::uint32_t s = park_empty;
     // empty -> parked: unpark must futex_wake us now (see park()). acq_rel
     // pairs with unpark's exchange; on failure we were notified.

@@ -377,6 +377,45 @@ TYPED_TEST(TClockTyped, ExceptionInsideDelegatedSection) {
     for (int i = 0; i < 3; ++i) EXPECT_EQ(caught[i], 1) << i;
 }
 
+TYPED_TEST(TClockTyped, CombinerInsideItsOwnHandler) {
+    // Thread 0 takes the lock from inside a catch handler, on a fresh thread,
+    // so its first context switch (into the sections it combines) happens
+    // with an exception caught and its exception state not looked up yet
+    // (arch::detail::eh_lookup_pending). The delegated sections must see no
+    // exception, and thread 0 its own one afterwards.
+    TypeParam m;
+    int clean[3] = {};
+    bool own_after = false;
+    long inside[3] = {}, own[3] = {};
+    queued(m, 3, [&](int i) {
+        own[i] = tid();
+        if (i != 0) {
+            m.lock();
+            inside[i] = tid();
+            clean[i] = std::current_exception() == nullptr && std::uncaught_exceptions() == 0;
+            m.unlock();
+            return;
+        }
+        try {
+            throw std::logic_error("combiner");
+        } catch (...) {
+            m.lock();
+            inside[0] = tid();
+            clean[0] = 1;
+            m.unlock();
+            try {
+                throw;
+            } catch (const std::logic_error& e) {
+                own_after = std::string(e.what()) == "combiner";
+            }
+        }
+    });
+    EXPECT_EQ(inside[1], own[0]);  // delegated
+    for (int i = 0; i < 3; ++i) EXPECT_EQ(clean[i], 1) << i;
+    EXPECT_TRUE(own_after);
+    EXPECT_EQ(std::current_exception(), nullptr);
+}
+
 // --- errno ------------------------------------------------------------------
 
 // errno is carried by every TCLock (tclock_shared's writers included), with

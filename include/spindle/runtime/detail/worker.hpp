@@ -251,7 +251,8 @@ SPINDLE_ALWAYS_INLINE void run_post(worker* w) noexcept {
 SPINDLE_SWITCH_FN void yield_slow(worker* w) noexcept;   // this_fiber::yield() with work queued
 void park(waiter* wt) noexcept;                         // wait until unparked
 // A thread's spin before it sleeps (see thread_park_spins): true if unparked.
-// It gives up by `deadline` at the latest.
+// It gives up by `deadline` at the latest (give or take one yield). Before
+// it yields it moves a delegated TCLock section home (tclock_may_block).
 bool thread_park_spin(waiter* wt,
                       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) noexcept;
 void unpark(waiter* wt) noexcept;                       // wake it (dispatch)
