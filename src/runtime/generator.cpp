@@ -32,13 +32,11 @@ void generator_entry(arch::raw_context* self, arch::raw_context*) noexcept {
         // back, and the consumer sees `done` again. The stack goes with the
         // frame (release_generator_frame).
         for (;;) {
-            f->running = false;
             f = gen_eh_leave(f);
             std::uintptr_t word = 0;
             f = gen_yield(f, word);
         }
     } else {
-        f->running = false;
         f = gen_eh_leave(f);
         arch::switch_shared_final<gen_self_off, gen_caller_off>(f, 0);
     }

@@ -144,7 +144,12 @@ SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word
         "movq %%rcx, %c[fo]+16(%[s])\n\t"
         "movq %c[to](%[s]), %%rsp\n\t"
         "movq %c[to]+8(%[s]), %%rbp\n\t"
-        "jmpq *%c[to]+16(%[s])\n"
+        "jmpq *%c[to]+16(%[s])\n\t"
+        // The landing point starts a 16-byte block: it is where every value
+        // of a generator loop arrives, and where it sat in a block moved
+        // bench/switch sum by 5-10%. The padding follows an unconditional
+        // jump: never executed.
+        ".p2align 4\n"
         "1:\n\t"
         : [s] "+D"(shared), "+a"(word)
         : [fo] "i"(FromOff), [to] "i"(ToOff)

@@ -89,7 +89,7 @@ struct generator_frame_base {
     std::uint8_t status = 0;  // gen_* bits; one byte so resume tests done and eh in one load
     bool started = false;    // the body has begun (set by the body itself)
     bool unwinding = false;  // ~generator asked the body to unwind
-    bool running = false;    // debug check: resumed and not yet yielded back
+    bool running = false;    // debug check: resumed and not yet back (set and cleared by resume())
     std::exception_ptr error;
     void (*invoke)(generator_frame_base*) = nullptr;
     void (*destroy)(generator_frame_base*) = nullptr;
@@ -187,9 +187,6 @@ public:
             if constexpr (in_word) std::memcpy(&word, &v, sizeof(T));
             else if constexpr (by_copy) f->slot = v;
             else f->slot = std::addressof(v);
-            // Cleared whatever SPINDLE_DEBUG_CHECKS says here: the check in
-            // resume() may be compiled into another translation unit.
-            f->running = false;
             f = detail::gen_eh_leave(f);
             f = static_cast<frame_base*>(detail::gen_yield(f, word));
             // Written back (it is the same frame) so that a loop of yields
@@ -328,6 +325,12 @@ private:
         std::uintptr_t word = 0;
         f = detail::gen_eh_enter(f);
         f = static_cast<frame_base*>(detail::gen_resume(f, word));
+#if SPINDLE_DEBUG_CHECKS
+        // Cleared here, by the code that set it, not by the body's yield:
+        // that keeps a store out of every yield of a release build, and a
+        // body compiled without the checks cannot leave it set.
+        f->running = false;
+#endif
         if ((f->status & detail::gen_done) != 0) [[unlikely]]
             return finished(f);
         if constexpr (in_word) std::memcpy(&f->slot, &word, sizeof(T));
