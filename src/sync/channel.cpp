@@ -382,7 +382,7 @@ void channel_core::settle() noexcept {
 // Runs in the canceller (timer or request_stop() caller) or in the receiver:
 // it must not block, and does not (settle() holds lock_ for a few steps and
 // wakes with dispatch).
-bool channel_core::on_cancellation(void* self) noexcept {
+bool channel_core::on_cancellation(void* self, std::uint64_t) noexcept {
     auto* ch = static_cast<channel_core*>(self);
     const std::int64_t w = ch->items_.fetch_add(permit, std::memory_order_relaxed);
     if (is_closed(w)) return false;

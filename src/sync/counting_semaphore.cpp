@@ -88,7 +88,7 @@ void semaphore_core::hand_over(handoff policy) noexcept {
 // permit in the word.
 // relaxed: we publish nothing; the RMW keeps count_'s release sequence
 // unbroken for whoever takes the permit from the word.
-bool semaphore_core::on_cancellation(void* self) noexcept {
+bool semaphore_core::on_cancellation(void* self, std::uint64_t) noexcept {
     auto* s = static_cast<semaphore_core*>(self);
     return s->count_.fetch_add(1, std::memory_order_relaxed) < 0;
 }

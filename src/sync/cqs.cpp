@@ -262,9 +262,10 @@ void cqs_base::cancel_request(wait_node* n) noexcept {
     unpark(&n->w);  // last touch of the record: the waiter may return now
 }
 
-cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point deadline,
-                                           std::stop_token* st) noexcept {
+cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point deadline, std::stop_token* st,
+                                           std::uint64_t tag) noexcept {
     cqs_wait w;
+    w.tag = tag;
     w.node.w.fiber = running_fiber();
     w.node.cancel = &cqs_base::cancel_request;
     w.node.owner = &w;
@@ -328,7 +329,7 @@ cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point
 // to it, or RESUMING for a moment.
 void cqs_base::cancel_cell(cqs_segment* s, cqs_cell_slot& c, cqs_wait* w) noexcept {
     bool mark = true;  // simple mode: always CANCELLED
-    if (cancellation_ == cqs_cancellation::smart) mark = hooks_.on_cancellation(hooks_.self);
+    if (cancellation_ == cqs_cancellation::smart) mark = hooks_.on_cancellation(hooks_.self, w->tag);
     std::uint64_t e = enter();
     cell_env env{this, s};
     std::uint64_t v = 0;

@@ -115,58 +115,32 @@ bool event::wait_manual(std::chrono::steady_clock::time_point deadline, std::sto
         // for the failure side, as the load above.
         if (word_.compare_exchange_weak(w, w + 1, std::memory_order_acquire, std::memory_order_acquire)) break;
     }
-    const std::uint64_t gen = w & gen_mask;
+    manual_wait me{w & gen_mask};
     unsigned passes = 0;
     for (;;) {
-        auto r = q_.suspend(deadline, st);
-        if (r.status == detail::cqs_status::cancelled) return leave_manual(gen);
+        auto r = q_.suspend(deadline, st, reinterpret_cast<std::uintptr_t>(&me));
+        // Cancelled: on_cancellation either took our registration back (the
+        // wait failed) or found our generation set and refused its token
+        // (the event was set while we waited). It ran before our wake-up, or
+        // on this very waiter: me.refused is ordered before this read.
+        if (r.status == detail::cqs_status::cancelled) return me.refused;
         if (r.status == detail::cqs_status::broken)
             fatal("spindle::event %p (manual): a suspension broke in asynchronous mode", static_cast<void*>(this));
         // A wake-up token of our generation or a later one: g was set. The
         // setter's release CAS comes before its resume, which the cqs orders
         // before our wake-up. We do not touch the event again.
-        if (token_covers(r.value, gen)) return true;
+        if (token_covers(r.value, me.gen)) return true;
         // A token of an earlier generation, for a late waiter of it. acquire
-        // pairs with set()'s release CAS: ours may have been set meanwhile.
-        if (released(word_.load(std::memory_order_acquire), gen)) return true;
-        // Not owed to us: absorb it if it is a surplus one (debt_), else pass
-        // it on to the next cell; then wait again, still counted in g. A
-        // surplus is recorded only when its cancelled waiter runs
-        // (leave_manual), usually ready on some worker right now: give it
-        // one chance first, or the token travels down the queue, waking
-        // every waiter on its way, until it is recorded.
-        if (!absorb_surplus()) {
-            this_fiber::yield();
-            if (!absorb_surplus()) q_.resume(r.value, handoff::dispatch);
-        }
+        // pairs with set()'s release CAS: ours may have been set meanwhile
+        // (then we keep the token: ours, issued by that set(), goes to a
+        // cell further on, where the late waiter will find it).
+        if (released(word_.load(std::memory_order_acquire), me.gen)) return true;
+        // Not ours: pass it on to the next cell and wait again, still
+        // counted in g. The late waiter is between its registration and its
+        // cell, which runs without blocking unless it is preempted.
+        q_.resume(r.value, handoff::dispatch);
         if (++passes % passes_before_yield == 0) detail::sched_yield_now();
     }
-}
-
-// After our cell was cancelled: settle our registration (see the essay).
-bool event::leave_manual(std::uint64_t gen) noexcept {
-    std::uint64_t w = word_.load(std::memory_order_acquire);  // acquire: we may return released
-    for (;;) {
-        if (released(w, gen)) {
-            // A set() counted us and issued our token; our cell is cancelled,
-            // so it goes to another cell, which is not owed it. relaxed: a
-            // count; whoever absorbs it needs nothing from us.
-            debt_.fetch_add(1, std::memory_order_relaxed);
-            return true;
-        }
-        // (g, 0, n) -> (g, 0, n - 1): no set() will count us. Publishes
-        // nothing; acquire for the failure side, as the load above.
-        if (word_.compare_exchange_weak(w, w - 1, std::memory_order_acquire, std::memory_order_acquire))
-            return false;
-    }
-}
-
-bool event::absorb_surplus() noexcept {
-    std::uint64_t d = debt_.load(std::memory_order_relaxed);  // a count; the CAS re-reads it
-    while (d != 0) {
-        if (debt_.compare_exchange_weak(d, d - 1, std::memory_order_relaxed, std::memory_order_relaxed)) return true;
-    }
-    return false;
 }
 
 // ---- automatic reset ----------------------------------------------------------
@@ -224,16 +198,32 @@ bool event::wait_automatic(std::chrono::steady_clock::time_point deadline, std::
 
 // ---- cqs hooks ------------------------------------------------------------------
 
-// Manual: always CANCELLED (resumes skip the cell); the waiter settles its
-// count afterwards in leave_manual, where it knows its generation.
+// Manual (the latch's rule, per generation; `tag` is the waiter's
+// manual_wait): our generation not set: take our registration back,
+// (g, 0, n) -> (g, 0, n - 1); no set() will count us, CANCELLED. Set: a
+// set() counted us and issued a token for us: REFUSE (the token that reaches
+// our cell is dropped) and the wait reports success. acquire: the waiter
+// then returns as released, after what preceded that set() (set()'s release
+// CAS); our unpark, or our own thread, carries it to the waiter.
 // Automatic (counting_semaphore's rule, capped): give our decrement back.
 // s < 0: others are counted, CANCELLED. s >= 0: a set() counted us and its
 // signal is coming to our cell: REFUSE it and put the signal into the word
 // (0 -> 1; at 1 a later set() already set it, and the two merge).
 // relaxed: the signal's release sequence on the word goes on through our RMW.
-bool event::on_cancellation(void* self) noexcept {
+bool event::on_cancellation(void* self, std::uint64_t tag) noexcept {
     auto* e = static_cast<event*>(self);
-    if (e->manual_) return true;
+    if (e->manual_) {
+        auto* me = reinterpret_cast<manual_wait*>(static_cast<std::uintptr_t>(tag));
+        std::uint64_t w = e->word_.load(std::memory_order_acquire);
+        for (;;) {
+            if (released(w, me->gen)) {
+                me->refused = true;  // read by the waiter after our unpark
+                return false;
+            }
+            if (e->word_.compare_exchange_weak(w, w - 1, std::memory_order_acquire, std::memory_order_acquire))
+                return true;
+        }
+    }
     std::uint64_t w = e->word_.load(std::memory_order_relaxed);
     for (;;) {
         const auto s = static_cast<std::int64_t>(w);
@@ -243,12 +233,13 @@ bool event::on_cancellation(void* self) noexcept {
     }
 }
 
-// Automatic: the refused signal is in the word already (on_cancellation).
-// Manual cells are never refused.
-void event::complete_refused_resume(void* self, std::uint64_t) noexcept {
-    auto* e = static_cast<event*>(self);
-    if (e->manual_) fatal("spindle::event %p (manual): a refused wake-up", self);
-}
+// Manual: the token counted for the refusing waiter, which returned as
+// released; tokens are interchangeable (any token covers the waiters of its
+// generation and earlier ones), so whichever one reached the cell is dropped,
+// and the one meant for this cell, if different, serves the waiter it
+// reached. Automatic: the refused signal is in the word already
+// (on_cancellation). Nothing to do in either case.
+void event::complete_refused_resume(void*, std::uint64_t) noexcept {}
 
 // Automatic (smart + sync): a signal delegated to a cancelled waiter could
 // not be handed to the next one (BROKEN). Signal again, as set() would.

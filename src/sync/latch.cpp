@@ -84,7 +84,7 @@ bool latch::wait_slow(std::chrono::steady_clock::time_point deadline, std::stop_
 // counted us and a resume is on its way: REFUSE it.
 // relaxed: it publishes nothing; a cancelled waiter that reports success
 // re-reads count_ with acquire (try_wait).
-bool latch::on_cancellation(void* self) noexcept {
+bool latch::on_cancellation(void* self, std::uint64_t) noexcept {
     auto* l = static_cast<latch*>(self);
     return (l->waiters_.fetch_sub(1, std::memory_order_relaxed) & done_bit) == 0;
 }

@@ -272,7 +272,7 @@ bool pool_core<Storage>::take_slow(std::int64_t s, std::uint64_t& v, std::chrono
 // counted that element in the storage, where complete_refused_resume puts it.
 // relaxed: the word carries no data (see put()).
 template <class Storage>
-bool pool_core<Storage>::on_cancellation(void* self) noexcept {
+bool pool_core<Storage>::on_cancellation(void* self, std::uint64_t) noexcept {
     auto* p = static_cast<pool_core*>(self);
     return p->size_.fetch_add(1, std::memory_order_relaxed) < 0;
 }

@@ -91,7 +91,7 @@ public:
     cqs<unit> q_;
 
 private:
-    static bool on_cancellation(void* self) noexcept {
+    static bool on_cancellation(void* self, std::uint64_t) noexcept {
         auto* m = static_cast<cqs_mutex*>(self);
         // Listing 5: give the waiter's decrement back. s < 0: still locked,
         // skip the cell; s == 0: now unlocked, refuse the coming resume.
@@ -432,9 +432,14 @@ TEST(Cqs, SmartCancellationRefusesTheResumeOfTheLastWaiter) {
     struct counts {
         std::atomic<std::int64_t> state{0};
         std::atomic<int> refused{0};
+        std::uint64_t tag = 0;  // the tag on_cancellation saw
     } c;
     cqs_hooks<unit> h{
-        [](void* self) noexcept { return static_cast<counts*>(self)->state.fetch_add(1) < 0; },
+        [](void* self, std::uint64_t tag) noexcept {
+            auto* k = static_cast<counts*>(self);
+            k->tag = tag;
+            return k->state.fetch_add(1) < 0;
+        },
         [](void* self, unit) noexcept { static_cast<counts*>(self)->refused.fetch_add(1); },
         [](void*, unit) noexcept {},
         &c,
@@ -447,7 +452,8 @@ TEST(Cqs, SmartCancellationRefusesTheResumeOfTheLastWaiter) {
     std::stop_source src;
     src.request_stop();
     std::stop_token tok = src.get_token();
-    EXPECT_EQ(q.suspend(no_deadline, &tok).status, cqs_status::cancelled);
+    EXPECT_EQ(q.suspend(no_deadline, &tok, 0xfeedf00d).status, cqs_status::cancelled);
+    EXPECT_EQ(c.tag, 0xfeedf00du);  // the waiter's own word reached the hook
     EXPECT_EQ(c.state.load(), 1);  // on_cancellation made it unlocked: refuse
     EXPECT_TRUE(q.resume(unit{}));  // the unlock's resume is refused
     EXPECT_EQ(c.refused.load(), 1);
@@ -457,7 +463,7 @@ TEST(Cqs, SmartCancellationRefusesTheResumeOfTheLastWaiter) {
 // and resumes land past them.
 TEST(Cqs, FullyCancelledSegmentsAreRemoved) {
     for (auto mode : {cqs_cancellation::simple, cqs_cancellation::smart}) {
-        cqs_hooks<std::uint64_t> h{[](void*) noexcept { return true; }, [](void*, std::uint64_t) noexcept {},
+        cqs_hooks<std::uint64_t> h{[](void*, std::uint64_t) noexcept { return true; }, [](void*, std::uint64_t) noexcept {},
                                    [](void*, std::uint64_t) noexcept {}, nullptr};
         cqs<std::uint64_t> q(mode, cqs_resumption::async, h);
         std::stop_source src;

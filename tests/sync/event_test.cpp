@@ -479,8 +479,9 @@ TEST(Event, ManualStoppedWaitersLeaveTheCount) {
 }
 
 // Manual: waiters stopped right after set() released them report true
-// (the event was set while they waited), and the wake-ups they leave
-// behind do not release a later generation's waiter.
+// (the event was set while they waited), and nothing they leave behind
+// releases a later generation's waiter. With dispatch, set() claims every
+// waiter and makes it ready; the stop requests that follow find them claimed.
 TEST(Event, ManualWaitersStoppedAfterTheirReleaseReturnTrue) {
     scheduler sched({.workers = 1});
     event ev(event_reset::manual, false, spindle::handoff::dispatch);
@@ -494,13 +495,10 @@ TEST(Event, ManualWaitersStoppedAfterTheirReleaseReturnTrue) {
             }));
             this_fiber::yield();
         }
-        // Stop half of them: each is claimed for cancellation and made
-        // ready, but runs (and settles its count) only when we yield. The
-        // set() before that counts them: they were released, and the
-        // wake-ups meant for them go elsewhere (surplus).
-        for (int i = 0; i < 8; i += 2) src[static_cast<std::size_t>(i)].request_stop();
+        EXPECT_EQ(ev.debug_waiters(), 8);
         ev.set();
         ev.reset();
+        for (int i = 0; i < 8; i += 2) src[static_cast<std::size_t>(i)].request_stop();
         for (auto& f : fs) f.join();
         // A new generation: its waiter must not be released by anything left over.
         EXPECT_FALSE(ev.wait_for(2ms));
@@ -510,6 +508,41 @@ TEST(Event, ManualWaitersStoppedAfterTheirReleaseReturnTrue) {
     outer.join();
     EXPECT_EQ(result, (std::vector<int>(8, 1)));
     EXPECT_EQ(ev.debug_waiters(), 0);
+    EXPECT_LE(ev.debug_queue_segments(), 2u);
+}
+
+// Manual, the regression behind the hook's waiter tag: waiters stopped
+// before set() (cancelled, uncounted) and waiters released by it, over many
+// pulses, leave no wake-up token behind in the queue. Before the fix a
+// cancelled waiter's count was settled only when the waiter ran again, after
+// the set() that counted it had sent its token to an empty cell, where it
+// stayed (with its segment) until some later waiter took it.
+TEST(Event, ManualStopsBeforeSetLeaveNoTokenBehind) {
+    scheduler sched({.workers = 1});
+    event ev(event_reset::manual);
+    fiber outer = sched.spawn([&] {
+        for (int round = 0; round < 200; ++round) {
+            std::vector<std::stop_source> src(6);
+            std::vector<int> result(6, -1);
+            std::vector<fiber> fs;
+            for (int i = 0; i < 6; ++i) {
+                fs.push_back(fiber([&, i] {
+                    result[static_cast<std::size_t>(i)] =
+                        ev.wait(src[static_cast<std::size_t>(i)].get_token()) ? 1 : 0;
+                }));
+                this_fiber::yield();
+            }
+            for (int i = round % 2; i < 6; i += 2) src[static_cast<std::size_t>(i)].request_stop();
+            ev.set();
+            ev.reset();
+            for (auto& f : fs) f.join();
+            for (int i = 0; i < 6; ++i) EXPECT_EQ(result[static_cast<std::size_t>(i)], i % 2 == round % 2 ? 0 : 1);
+        }
+    });
+    outer.join();
+    EXPECT_EQ(ev.debug_waiters(), 0);
+    EXPECT_LE(ev.debug_queue_segments(), 2u);
+    EXPECT_FALSE(ev.wait_for(2ms));
 }
 
 // A waiter destroys the event as soon as its wait returns, while the set()

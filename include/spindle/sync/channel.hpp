@@ -479,7 +479,7 @@ private:
     void pend_link_locked(channel_sender* s) noexcept SPINDLE_REQUIRES(lock_);
     void pend_unlink_locked(channel_sender* s) noexcept SPINDLE_REQUIRES(lock_);
     static void cancel_send(wait_node* n) noexcept;
-    static bool on_cancellation(void* self) noexcept;
+    static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, unit) noexcept;
     static void return_value(void* self, unit) noexcept;
     [[noreturn]] SPINDLE_COLD void bad_state(const char* what) const noexcept;

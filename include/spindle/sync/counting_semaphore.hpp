@@ -154,7 +154,7 @@ private:
     SPINDLE_NOINLINE void release_slow(std::int64_t c, std::ptrdiff_t n) noexcept;
     void hand_over(handoff policy) noexcept;
     [[noreturn]] SPINDLE_COLD void bad_release(std::ptrdiff_t n, std::int64_t c) noexcept;
-    static bool on_cancellation(void* self) noexcept;
+    static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, unit) noexcept;
     static void return_value(void* self, unit) noexcept;
 

@@ -53,24 +53,18 @@
 // moves forward cell by cell and reaches the late waiter; this is rare and
 // costs a few wake-ups, never a lost one.
 //
-// Cancellation (smart): a cancelled waiter's cell becomes CANCELLED, resumes
-// skip it in O(1), and the waiter then settles its count on the word:
-//   its generation not set:  (g, 0, n) -> (g, 0, n-1); no token will come for
-//                            it. The wait returns false.
-//   its generation was set:  set() counted it and issued a token that now
-//                            goes to another cell: one token too many. The
-//                            waiter records it in debt_; the next waiter that
-//                            receives a token it is not owed absorbs it
-//                            instead of passing it on. The wait returns true
-//                            (the event was set while it waited).
-// (The queue's hook cannot tell which generation a cancelled waiter belongs
-// to, so the decision is taken after the cell is cancelled, by the waiter
-// itself, which knows.) Cost: until the cancelled waiter records its
-// surplus, the token it left travels down the queue like a late waiter's,
-// waking each waiter it passes (each yields once first, which usually lets
-// the cancelled waiter run). That takes a cancellation racing a set() in a
-// crowded queue; a cqs hook that could see the cancelled waiter would let it
-// REFUSE the token instead, as latch does.
+// Cancellation (smart, the count-down latch's rule applied per generation):
+// the queue's on_cancellation hook gets the cancelled waiter's registration
+// (its generation g) and decides on the word, atomically against set():
+//   g not set:  (g, 0, n) -> (g, 0, n-1); no set() will count it and no token
+//               will come for it: CANCELLED (resumes skip the cell). The wait
+//               returns false.
+//   g was set:  set() counted it and issued a token for it: REFUSE. The token
+//               that reaches the cell is dropped (tokens are interchangeable),
+//               and the wait returns true (the event was set while it waited).
+// So every token issued is taken by a cell that is not CANCELLED: once the
+// waiters are gone no token is left behind in the queue, and the queue's
+// segments are freed.
 //
 // ---- automatic reset ----------------------------------------------------------
 //
@@ -262,6 +256,12 @@ private:
     static bool token_covers(std::uint64_t token, std::uint64_t gen) noexcept {
         return static_cast<std::int64_t>(token - gen) >= 0;
     }
+    // Manual: a waiter's registration, on its stack for its wait; its
+    // address is the cqs tag that on_cancellation receives.
+    struct manual_wait {
+        std::uint64_t gen;     // the generation it registered in (the word's high half)
+        bool refused = false;  // set by on_cancellation: g was set, the wait succeeds
+    };
 
     bool wait_impl(std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept {
         if (manual_) {
@@ -278,13 +278,11 @@ private:
     SPINDLE_NOINLINE bool wait_manual(std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept;
     SPINDLE_NOINLINE bool wait_automatic(std::chrono::steady_clock::time_point deadline,
                                          std::stop_token* st) noexcept;
-    bool leave_manual(std::uint64_t gen) noexcept;
-    bool absorb_surplus() noexcept;
     void set_manual() noexcept;
     void set_automatic() noexcept;
     void hand_over(handoff policy) noexcept;
     [[noreturn]] SPINDLE_COLD void too_many_waiters() const noexcept;
-    static bool on_cancellation(void* self) noexcept;
+    static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, std::uint64_t token) noexcept;
     static void return_value(void* self, std::uint64_t token) noexcept;
 
@@ -296,9 +294,6 @@ private:
     // before set()'s step on the word (so whoever the set() releases sees
     // it), decremented as set()'s last access to the object (release).
     std::atomic<std::uint32_t> busy_{0};
-    // Manual: wake-up tokens issued for waiters that were cancelled after
-    // being counted (see the essay), not yet absorbed.
-    std::atomic<std::uint64_t> debt_{0};
     const bool manual_;
     const handoff policy_;
     // Wake-up tokens: manual, the generation they were issued for (as the

@@ -138,7 +138,7 @@ private:
     SPINDLE_NOINLINE void open() noexcept;
     SPINDLE_NOINLINE bool wait_slow(std::chrono::steady_clock::time_point deadline, std::stop_token* st) const noexcept;
     [[noreturn]] SPINDLE_COLD void bad_count_down(std::ptrdiff_t n, std::int64_t c) const noexcept;
-    static bool on_cancellation(void* self) noexcept;
+    static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, unit) noexcept;
     static void return_value(void* self, unit) noexcept;
 

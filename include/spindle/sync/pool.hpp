@@ -229,7 +229,7 @@ private:
     SPINDLE_NOINLINE bool take_slow(std::int64_t s, std::uint64_t& v,
                                     std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept;
     [[noreturn]] SPINDLE_COLD void bad_put(std::int64_t s) const noexcept;
-    static bool on_cancellation(void* self) noexcept;
+    static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, std::uint64_t v) noexcept;
     static void return_value(void* self, std::uint64_t v) noexcept;
 

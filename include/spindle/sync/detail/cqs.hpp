@@ -177,6 +177,11 @@ struct alignas(16) cqs_wait {
     wait_node node;                          // waiter, and the hook wait_guard's timer/stop call
     std::atomic<std::uint32_t> claim{cqs_claim::waiting};
     std::uint64_t value = 0;                 // written by the winning resumer before its unpark
+    // The primitive's word for this wait (suspend's `tag`), handed to its
+    // on_cancellation hook: what the waiter registered as, say, so the hook
+    // can decide CANCELLED or REFUSE for this waiter. Written before the
+    // record is published (the cell CAS), constant afterwards.
+    std::uint64_t tag = 0;
     // Where the record waits, for a canceller that runs the handler: set
     // before announce_placed's release CAS, read after the canceller's
     // acquire of `placed`.
@@ -194,7 +199,7 @@ enum class cqs_status : std::uint8_t {
 
 // Hooks with the value as its 64-bit word (cqs<T> adapts typed hooks).
 struct cqs_raw_hooks {
-    bool (*on_cancellation)(void* self) noexcept = nullptr;
+    bool (*on_cancellation)(void* self, std::uint64_t tag) noexcept = nullptr;
     void (*complete_refused_resume)(void* self, std::uint64_t v) noexcept = nullptr;
     void (*return_value)(void* self, std::uint64_t v) noexcept = nullptr;
     void* self = nullptr;
@@ -213,7 +218,8 @@ public:
     cqs_base(const cqs_base&) = delete;
     cqs_base& operator=(const cqs_base&) = delete;
 
-    raw_result suspend_raw(std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept;
+    raw_result suspend_raw(std::chrono::steady_clock::time_point deadline, std::stop_token* st,
+                           std::uint64_t tag) noexcept;
     // policy: a spindle::handoff as its number (how a woken fiber runs).
     bool resume_raw(std::uint64_t v, unsigned policy) noexcept;
 
@@ -275,16 +281,18 @@ private:
 // for a cancellation, in the timer or stop callback that cancels the waiter
 // (the timer thread, or whoever calls request_stop()). So a hook must not
 // block and must not assume it runs in the waiter:
-//   on_cancellation(owner)             a waiter was cancelled: undo its effect
+//   on_cancellation(owner, tag)        a waiter was cancelled: undo its effect
 //                                      on the primitive's state; true: the cell
 //                                      becomes CANCELLED (resume skips it),
 //                                      false: REFUSE (the coming resume is refused).
+//                                      `tag`: the word that waiter gave suspend()
+//                                      (0 unless the primitive passes one).
 //   complete_refused_resume(owner, v)  a refused resume's value: give it back.
 //   return_value(owner, v)             smart+sync: a delegated value could not be
 //                                      handed over; put it back (e.g. release()).
 template <class T>
 struct cqs_hooks {
-    bool (*on_cancellation)(void* owner) noexcept = nullptr;
+    bool (*on_cancellation)(void* owner, std::uint64_t tag) noexcept = nullptr;
     void (*complete_refused_resume)(void* owner, T v) noexcept = nullptr;
     void (*return_value)(void* owner, T v) noexcept = nullptr;
     void* owner = nullptr;
@@ -338,10 +346,11 @@ public:
           base_(c, r, cqs_raw_hooks{&on_cancellation_raw, &refused_raw, &return_raw, this}) {}
 
     // Waits for a resume. deadline: steady_clock, no_deadline for none; st:
-    // an optional stop token. A fiber suspends; a thread sleeps on a futex.
+    // an optional stop token; tag: passed to on_cancellation if this wait is
+    // cancelled (smart mode). A fiber suspends; a thread sleeps on a futex.
     cqs_result<T> suspend(std::chrono::steady_clock::time_point deadline = no_deadline,
-                          std::stop_token* st = nullptr) noexcept {
-        auto r = base_.suspend_raw(deadline, st);
+                          std::stop_token* st = nullptr, std::uint64_t tag = 0) noexcept {
+        auto r = base_.suspend_raw(deadline, st, tag);
         return {r.status, decode(r.value)};
     }
 
@@ -359,9 +368,9 @@ public:
 private:
     static std::uint64_t encode(T v) noexcept { return word_encode(v); }
     static T decode(std::uint64_t w) noexcept { return word_decode<T>(w); }
-    static bool on_cancellation_raw(void* self) noexcept {
+    static bool on_cancellation_raw(void* self, std::uint64_t tag) noexcept {
         auto* q = static_cast<cqs*>(self);
-        return q->hooks_.on_cancellation(q->hooks_.owner);
+        return q->hooks_.on_cancellation(q->hooks_.owner, tag);
     }
     static void refused_raw(void* self, std::uint64_t v) noexcept {
         auto* q = static_cast<cqs*>(self);
