@@ -44,12 +44,25 @@ void generator_entry(arch::raw_context* self, arch::raw_context*) noexcept {
 
 generator_frame_base* gen_eh_enter_slow(generator_frame_base* f) noexcept {
     arch::eh_state* g = arch::detail::eh_globals();
-    // The consumer may be inside a handler: park its state, run the body with
-    // the one it left at its last yield (zero if it yielded outside handlers).
+    // The consumer is inside a handler (or this thread's state was not
+    // looked up yet): park its state; the body starts from a clear one, and
+    // installs its own where it lands if it has one (gen_land_slow).
     f->caller.eh = *g;
-    *g = f->self.eh;
-    f->self.eh = arch::eh_state{};
-    f->status = static_cast<std::uint8_t>((f->status & ~gen_body_eh) | gen_eh_swapped);
+    *g = arch::eh_state{};
+    f->status = static_cast<std::uint8_t>(f->status | gen_eh_swapped);
+    return f;
+}
+
+generator_frame_base* gen_land_slow(generator_frame_base* f) {
+    if ((f->status & gen_body_eh) != 0) {
+        // The body yielded inside a handler: the thread's state is clear here
+        // (the consumer's was parked by the resume, or was clear): give the
+        // body back its own.
+        *arch::detail::eh_globals() = f->self.eh;
+        f->self.eh = arch::eh_state{};
+        f->status = static_cast<std::uint8_t>(f->status & ~gen_body_eh);
+    }
+    if ((f->status & gen_unwinding) != 0) throw generator_unwind{};
     return f;
 }
 

@@ -70,11 +70,12 @@ SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexce
 }
 
 // See raw_switch_shared in x86_64_sysv.hpp: `shared` travels in x0 and
-// `word` in x1.
-template <std::size_t FromOff, std::size_t ToOff>
+// `word` in x1 (loaded only when this side sends it).
+template <std::size_t FromOff, std::size_t ToOff, bool Send = true>
 SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word) noexcept {
     register void* s __asm__("x0") = shared;
-    register std::uintptr_t w __asm__("x1") = word;
+    register std::uintptr_t w __asm__("x1");
+    if constexpr (Send) w = word;
     __asm__ volatile(
         "adr x9, 1f\n\t"
         "mov x10, sp\n\t"

@@ -217,11 +217,12 @@ SPINDLE_ALWAYS_INLINE void switch_to(context* from, context* to) noexcept {
 // leave the exception state alone: their one user, the generator, nests its
 // switches like calls and keeps that state with a cheaper protocol of its own
 // (runtime/generator.hpp).
-template <std::size_t FromOff, std::size_t ToOff>
+// Send: whether `word` goes out (else it only comes back; see raw_switch_shared).
+template <std::size_t FromOff, std::size_t ToOff, bool Send = true>
 SPINDLE_ALWAYS_INLINE void switch_shared(void*& shared, std::uintptr_t& word) noexcept {
     annotate_switch(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff),
                     reinterpret_cast<context*>(static_cast<char*>(shared) + ToOff), false);
-    raw_switch_shared<FromOff, ToOff>(shared, word);
+    raw_switch_shared<FromOff, ToOff, Send>(shared, word);
     context_started(reinterpret_cast<context*>(static_cast<char*>(shared) + FromOff));
 }
 

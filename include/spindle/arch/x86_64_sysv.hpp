@@ -134,26 +134,38 @@ SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexce
 // hand-over (§3.2). A fresh context entered this way starts as
 // entry(shared, <rsi: garbage>). `word` is what the other side passed when it
 // switched back to us.
-template <std::size_t FromOff, std::size_t ToOff>
+//
+// `Send`: whether this side passes `word` (a yield does; a resume only
+// receives, so the compiler need not load anything into rax before it).
+template <std::size_t FromOff, std::size_t ToOff, bool Send = true>
 SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word) noexcept {
     [[maybe_unused]] const fp_control fpc = fp_control::save();
-    __asm__ volatile(
-        "leaq 1f(%%rip), %%rcx\n\t"
-        "movq %%rsp, %c[fo](%[s])\n\t"
-        "movq %%rbp, %c[fo]+8(%[s])\n\t"
-        "movq %%rcx, %c[fo]+16(%[s])\n\t"
-        "movq %c[to](%[s]), %%rsp\n\t"
-        "movq %c[to]+8(%[s]), %%rbp\n\t"
-        "jmpq *%c[to]+16(%[s])\n\t"
-        // The landing point starts a 16-byte block: it is where every value
-        // of a generator loop arrives, and where it sat in a block moved
-        // bench/switch sum by 5-10%. The padding follows an unconditional
-        // jump: never executed.
-        ".p2align 4\n"
-        "1:\n\t"
-        : [s] "+D"(shared), "+a"(word)
-        : [fo] "i"(FromOff), [to] "i"(ToOff)
-        : SPINDLE_X86_SWITCH_CLOBBERS_BASE, "rsi");
+#define SPINDLE_X86_SWITCH_SHARED_ASM                                                              \
+    "leaq 1f(%%rip), %%rcx\n\t"                                                                    \
+    "movq %%rsp, %c[fo](%[s])\n\t"                                                                 \
+    "movq %%rbp, %c[fo]+8(%[s])\n\t"                                                               \
+    "movq %%rcx, %c[fo]+16(%[s])\n\t"                                                              \
+    "movq %c[to](%[s]), %%rsp\n\t"                                                                 \
+    "movq %c[to]+8(%[s]), %%rbp\n\t"                                                               \
+    "jmpq *%c[to]+16(%[s])\n\t"                                                                    \
+    /* The landing point starts a 16-byte block: it is where every value */                    \
+    /* of a generator loop arrives, and where it sat in a block moved     */                    \
+    /* bench/switch sum by 5-10%. The padding follows an unconditional    */                    \
+    /* jump: never executed.                                              */                    \
+    ".p2align 4\n"                                                                              \
+    "1:\n\t"
+    if constexpr (Send) {
+        __asm__ volatile(SPINDLE_X86_SWITCH_SHARED_ASM
+                         : [s] "+D"(shared), "+a"(word)
+                         : [fo] "i"(FromOff), [to] "i"(ToOff)
+                         : SPINDLE_X86_SWITCH_CLOBBERS_BASE, "rsi");
+    } else {
+        __asm__ volatile(SPINDLE_X86_SWITCH_SHARED_ASM
+                         : [s] "+D"(shared), "=a"(word)
+                         : [fo] "i"(FromOff), [to] "i"(ToOff)
+                         : SPINDLE_X86_SWITCH_CLOBBERS_BASE, "rsi");
+    }
+#undef SPINDLE_X86_SWITCH_SHARED_ASM
     fpc.restore();
 }
 
