@@ -461,9 +461,38 @@ void make_ready(fiber_ctx* f) noexcept {
         inject_push(f->home, f);
 }
 
+namespace {
+// Could this worker run nothing but its current fiber right now? Its ring,
+// pinned list and inject list are empty, it owes no inline_resume resumer
+// its place, and no deque (its own included) holds a fiber. Relaxed looks:
+// a guess that only decides whether to spin a little longer.
+bool nothing_else_to_run(worker* w) noexcept {
+    fiber_ctx* self = w->current;
+    if (self->next != self || self->resumer != nullptr || w->pinned_head != nullptr) return false;
+    if (w->inject_head.load(std::memory_order_relaxed) != nullptr) return false;
+    for (auto& v : w->sched->workers)
+        if (v->deque.maybe_nonempty()) return false;
+    return true;
+}
+
+// A fiber's spin before it suspends (see fiber_park_spins): true if unparked.
+bool fiber_park_spin(worker* w, waiter* wt) noexcept {
+    for (unsigned i = 0; i < fiber_park_spins; ++i) {
+        if ((i & 15) == 0 && !nothing_else_to_run(w)) return false;
+        // acquire pairs with unpark's exchange (the waker's writes).
+        if (wt->state.load(std::memory_order_acquire) == park_notified) return true;
+        arch::cpu_relax();
+    }
+    return false;
+}
+}  // namespace
+
 void park(waiter* wt) noexcept {
     if (wt->fiber != nullptr) {
         worker* w = tl_worker;
+        // Still empty: an unpark that comes now only stores notified, and
+        // nobody switches into us (can_switch_into wants parked).
+        if (fiber_park_spin(w, wt)) return;
         suspend_current(w, post_action{&finish_park, wt});
         return;
     }

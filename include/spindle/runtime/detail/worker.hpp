@@ -116,6 +116,16 @@ inline constexpr std::uint32_t park_notified = 2;  // woken
 inline constexpr unsigned thread_park_spins = 16;
 inline constexpr unsigned thread_park_yields = 64;
 
+// A fiber whose worker has nothing else to run -- no other ready fiber here,
+// nothing to steal -- watches for its unpark for up to fiber_park_spins
+// cpu_relax steps before it suspends (looking at the queues again every 16).
+// Suspending would leave the worker idle anyway, and a wake-up that comes
+// while the fiber is still here costs the waker one store: no ready queue,
+// no steal, no migration of the fiber's stack to the waker's CPU (a CES
+// waker switches only into a parked fiber). So two fibers on two workers
+// pass a semaphore back and forth as two threads would.
+inline constexpr unsigned fiber_park_spins = 1024;
+
 // Someone who waits: a fiber or an OS thread. Lives on the waiter's stack.
 struct waiter {
     struct fiber_ctx* fiber = nullptr;  // the waiting fiber, or null for an OS thread
