@@ -487,6 +487,32 @@ bool fiber_park_spin(worker* w, waiter* wt) noexcept {
 }
 }  // namespace
 
+bool spin_before_queue(bool (*done)(const void* arg) noexcept, const void* arg,
+                       std::chrono::steady_clock::time_point deadline) noexcept {
+    worker* w = tl_worker;
+    if (w != nullptr && w->current != nullptr) {
+        // A fiber: only while its worker has nothing else to run.
+        for (unsigned i = 0; i < fiber_park_spins; ++i) {
+            if ((i & 15) == 0 && !nothing_else_to_run(w)) return false;
+            if (done(arg)) return true;
+            arch::cpu_relax();
+        }
+        return done(arg);
+    }
+    for (unsigned i = 0; i < queue_spins; ++i) {
+        if (done(arg)) return true;
+        arch::cpu_relax();
+    }
+    tclock_may_block();  // as in thread_park_spin: no yield inside a delegated section
+    const bool timed = deadline != std::chrono::steady_clock::time_point::max();
+    for (unsigned i = 0; i < queue_yields; ++i) {
+        if (done(arg)) return true;
+        if (timed && std::chrono::steady_clock::now() >= deadline) return false;
+        sched_yield_now();
+    }
+    return done(arg);
+}
+
 void park(waiter* wt) noexcept {
     if (wt->fiber != nullptr) {
         worker* w = tl_worker;

@@ -74,6 +74,16 @@ void barrier_core::complete(std::uint32_t phase) noexcept {
 }
 
 void barrier_core::wait(std::uint32_t phase) noexcept {
+    struct watch {
+        const barrier_core* b;
+        std::uint32_t phase;
+        // acquire: pairs with complete()'s exchange (the completion step).
+        static bool over(const void* arg) noexcept {
+            auto* x = static_cast<const watch*>(arg);
+            return phase_over(x->b->waiters_.load(std::memory_order_acquire), x->phase);
+        }
+    } const wt{this, phase};
+    if (spin_before_queue(&watch::over, &wt)) return;
     // acquire (here and on the CAS): pairs with complete()'s exchange when
     // we see a later phase.
     std::uint64_t w = waiters_.load(std::memory_order_acquire);

@@ -60,6 +60,9 @@ void latch::open() noexcept {
 }
 
 bool latch::wait_slow(std::chrono::steady_clock::time_point deadline, std::stop_token* st) const noexcept {
+    if (detail::spin_before_queue([](const void* l) noexcept { return static_cast<const latch*>(l)->try_wait(); },
+                                  this, deadline))
+        return true;
     // (done, waiters): (d, w) -> (d, w + 1). acquire pairs with open()'s
     // release CAS when we see DONE.
     const std::uint64_t w = waiters_.fetch_add(1, std::memory_order_acquire);
