@@ -13,7 +13,7 @@ fi
 # its own when built with SPINDLE_NO_GTEST.
 for opt in O0 O2 O3; do
   $CXX -std=c++20 -$opt -Wall -Wextra -Werror -static -Iinclude -DSPINDLE_NO_GTEST \
-    tests/arch/switch_clobber_test.cpp src/memory/stack.cpp -o $out/switch_clobber_$opt -pthread
+    tests/arch/switch_clobber_test.cpp src/memory/stack.cpp src/runtime/generator.cpp -o $out/switch_clobber_$opt -pthread
 done
 # The whole library must compile too, and link into an example.
 lib_sources=$(find src -name '*.cpp' | sort)
