@@ -99,9 +99,10 @@ std::string errno_name(int err) {
 // Slot life cycle (transitions under g_registry.mutex, except owner_*):
 //
 //   free:        guard_base == 0, owner_id == index of the next free slot
-//   registered:  guard_base != 0, guard_size/usable/owner_* describe the stack
+//   registered:  guard_base != 0, usable/requested/owner_* describe the stack
+//                (its guard is one page, page_size())
 //
-//   register:    fill guard_size, usable, owner_*   (relaxed)
+//   register:    fill usable, requested, owner_*    (relaxed)
 //                guard_base = base                   (release; pairs with the
 //                                                     handler's acquire load)
 //   unregister:  guard_base = 0                      (relaxed: the handler then
@@ -115,7 +116,10 @@ struct registry_slot {
     std::atomic<std::uintptr_t> guard_base{0};  // 0: slot free
     std::atomic<std::size_t> usable{0};         // bytes from guard end to top
     std::atomic<std::uint64_t> owner_id{0};     // fiber/generator id; free-list link when free
-    std::atomic<std::uint32_t> guard_size{0};   // bytes of guard at guard_base
+    // Bytes its current user asked for (acquire_stack's size), which the
+    // overflow message gives; 0 when not known or 4 GiB and above (the
+    // message then gives `usable`).
+    std::atomic<std::uint32_t> requested{0};
     std::atomic<stack_owner> owner_kind{stack_owner::none};
     // Releases of this stack so far; drop_cold_pages looks at residency only
     // on some of them. Touched only by the thread releasing the stack, which
@@ -157,7 +161,7 @@ registry_slot& slot_at(std::uint32_t index) noexcept {
     return g_registry.value.chunks[index / slots_per_chunk].load(std::memory_order_relaxed)[index % slots_per_chunk];
 }
 
-std::uint32_t register_stack(std::byte* guard_base, std::size_t guard_size, std::size_t usable) {
+std::uint32_t register_stack(std::byte* guard_base, std::size_t usable) {
     registry& r = g_registry.value;
     std::uint32_t index;
     {
@@ -191,8 +195,8 @@ std::uint32_t register_stack(std::byte* guard_base, std::size_t guard_size, std:
         }
     }
     registry_slot& s = slot_at(index);
-    s.guard_size.store(static_cast<std::uint32_t>(guard_size), std::memory_order_relaxed);
     s.usable.store(usable, std::memory_order_relaxed);
+    s.requested.store(0, std::memory_order_relaxed);
     s.owner_kind.store(stack_owner::none, std::memory_order_relaxed);
     s.owner_id.store(0, std::memory_order_relaxed);
     // Pairs with the handler's acquire load: a handler that sees the base sees
@@ -282,7 +286,7 @@ stack_region map_stack(std::size_t map_size) {
     r.map_base = base;
     r.map_size = map_size;
     try {
-        r.slot = register_stack(base, page, 0);
+        r.slot = register_stack(base, 0);
     } catch (...) {
         ::munmap(mem, map_size);
         throw;
@@ -542,7 +546,10 @@ struct signal_buffer {
 [[noreturn]] void report_overflow_and_abort(const registry_slot& s) noexcept {
     const auto kind = s.owner_kind.load(std::memory_order_relaxed);
     const std::uint64_t id = s.owner_id.load(std::memory_order_relaxed);
-    const std::uint64_t usable = s.usable.load(std::memory_order_relaxed);
+    // The size the fiber's or generator's creator asked for: the usable size
+    // is larger (page rounding, the random start offset) and varies.
+    const std::uint64_t requested = s.requested.load(std::memory_order_relaxed);
+    const std::uint64_t usable = requested != 0 ? requested : s.usable.load(std::memory_order_relaxed);
     signal_buffer out;
     switch (kind) {
         case stack_owner::fiber:
@@ -595,6 +602,9 @@ std::uintptr_t stack_pointer_of([[maybe_unused]] const void* ucontext) noexcept 
 const registry_slot* find_overflowed_stack(std::uintptr_t addr, std::uintptr_t sp) noexcept {
     registry& r = g_registry.value;
     const std::uint32_t bound = r.bound.load(std::memory_order_acquire);  // pairs with register_stack
+    // Every registered stack has a one-page guard. page_size() was computed
+    // when the first stack was mapped: here it is a plain load.
+    const std::uintptr_t page = page_size();
     const registry_slot* sp_candidate = nullptr;
     bool sp_inside_other_stack = false;
     for (std::uint32_t chunk = 0; chunk * slots_per_chunk < bound; ++chunk) {
@@ -608,7 +618,7 @@ const registry_slot* find_overflowed_stack(std::uintptr_t addr, std::uintptr_t s
             // Pairs with the release store in register_stack.
             const std::uintptr_t base = s.guard_base.load(std::memory_order_acquire);
             if (base == 0) continue;
-            const std::uintptr_t guard_end = base + s.guard_size.load(std::memory_order_relaxed);
+            const std::uintptr_t guard_end = base + page;
             const std::uintptr_t top = guard_end + s.usable.load(std::memory_order_relaxed);
             // Rule (a): the access itself hit the guard.
             if (addr >= base && addr < guard_end) return &s;
@@ -665,6 +675,10 @@ void spindle_segv_handler(int sig, siginfo_t* info, void* ucontext) {
 }
 
 SPINDLE_COLD void install_process_handler() {
+    // The process's first stack: a malformed SPINDLE_STACK_SIZE stops it
+    // here, even when every fiber and generator names its own size and the
+    // default is never needed (the environment is never silently ignored).
+    (void)default_stack_size_from_env();
     std::lock_guard<std::mutex> lock(g_install_mutex);
     if (g_handler_installed.load(std::memory_order_relaxed)) return;  // under the mutex
     struct sigaction previous{};
@@ -773,6 +787,10 @@ stack_region acquire_stack(std::size_t size) {
     stack_pool* pool = this_thread_pool();
     if (pool == nullptr || !pool->take(map_size, r)) r = map_stack(map_size);
     place_top(r);
+    // relaxed: read by the overflow handler of the thread that will run on
+    // the stack, after the hand-over that publishes the stack itself.
+    slot_at(r.slot).requested.store(size <= UINT32_MAX ? static_cast<std::uint32_t>(size) : 0,
+                                    std::memory_order_relaxed);
     return r;
 }
 
