@@ -85,6 +85,12 @@ void generator_misuse(std::uint64_t id, const char* what) noexcept {
     std::abort();
 }
 
+void generator_handle_misuse(const void* handle, const char* what) noexcept {
+    std::fprintf(stderr, "spindle: generator handle %p: %s\n", handle, what);
+    std::fflush(stderr);
+    std::abort();
+}
+
 void release_generator_frame(generator_frame_base* f) noexcept {
     stack_region st = f->stack;
     arch::annotate_destroy_context(&f->self);

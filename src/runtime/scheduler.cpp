@@ -759,8 +759,9 @@ std::ostream& operator<<(std::ostream& os, fiber::id i) {
 void fiber::join() {
     detail::fiber_ctx* c = ctx_;
     if (c == nullptr)
-        fatal("join() on a fiber handle that is not joinable (never started, already joined or "
-              "detached)");
+        fatal("join() on fiber handle %p, which is not joinable (never started, already joined or "
+              "detached)",
+              static_cast<const void*>(this));
     if (c == detail::running_fiber())
         fatal("fiber %llu called join() on itself; it would wait forever",
               static_cast<unsigned long long>(c->id));
@@ -788,8 +789,9 @@ void fiber::join() {
 void fiber::detach() {
     detail::fiber_ctx* c = ctx_;
     if (c == nullptr)
-        fatal("detach() on a fiber handle that is not joinable (never started, already joined or "
-              "detached)");
+        fatal("detach() on fiber handle %p, which is not joinable (never started, already joined or "
+              "detached)",
+              static_cast<const void*>(this));
     ctx_ = nullptr;
     detail::release_fiber(c);
 }

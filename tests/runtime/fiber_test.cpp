@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <stdexcept>
 #include <string>
@@ -260,7 +261,43 @@ TEST(FiberDeath, JoinTwiceAborts) {
             f.join();
             f.join();
         },
-        "spindle: join\\(\\) on a fiber handle that is not joinable");
+        "spindle: join\\(\\) on fiber handle 0x[0-9a-f]+, which is not joinable");
+}
+
+TEST(FiberDeath, DetachTwiceNamesTheHandle) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            fiber f = sched.spawn([] {});
+            f.detach();
+            f.detach();
+        },
+        "spindle: detach\\(\\) on fiber handle 0x[0-9a-f]+, which is not joinable");
+}
+
+// Deep enough for any stack: each frame holds 512 bytes; the use after the
+// call rules out a tail call, the volatile limit an infinite-recursion warning.
+volatile int g_overflow_depth_limit = 1 << 30;
+__attribute__((noinline)) int dig(int depth) {
+    volatile char frame[512];
+    frame[0] = static_cast<char>(depth);
+    if (depth >= g_overflow_depth_limit) return frame[0];
+    return dig(depth + 1) + frame[0];
+}
+
+// A real fiber overflows its stack: the message names it and the size it was
+// spawned with.
+TEST(FiberDeath, StackOverflowNamesTheFiberAndItsSize) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            fiber f = sched.spawn([] { std::printf("%d\n", dig(0)); }, {.stack_size = 16 * 1024});
+            f.join();
+        },
+        "spindle: fiber [0-9]+ overflowed its 16384-byte stack; raise it with spindle::fiber_options::stack_size "
+        "or spindle::scheduler::options::stack_size \\(SPINDLE_STACK_SIZE=<bytes> for the default\\)");
 }
 
 TEST(FiberDeath, DetachedFiberEndingWithExceptionAborts) {

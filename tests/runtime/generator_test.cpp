@@ -348,7 +348,63 @@ TEST(GeneratorDeath, ResumingFromInsideItsBodyAborts) {
         },
         "spindle: generator [0-9]+ resumed from inside its own body");
 }
+
+TEST(GeneratorDeath, ValueBeforeTheFirstNextAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            generator<int> g([](auto& y) { y(1); });
+            (void)g.value();
+        },
+        "spindle: generator [0-9]+ value\\(\\) before the first next\\(\\)");
+}
+
+TEST(GeneratorDeath, ValueAfterTheEndAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            generator<int> g([](auto& y) { y(7); });
+            while (g.next()) {
+            }
+            (void)g.value();
+        },
+        "spindle: generator [0-9]+ value\\(\\) after its body ended");
+}
+
+TEST(GeneratorDeath, ValueOfAMovedFromGeneratorNamesTheHandle) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            generator<int> g([](auto& y) { y(7); });
+            generator<int> h(std::move(g));
+            (void)g.value();  // NOLINT(bugprone-use-after-move): the misuse under test
+        },
+        "spindle: generator handle 0x[0-9a-f]+: value\\(\\) on a generator with no body \\(moved from\\)");
+}
 #endif
+
+// Deep enough for any stack: each frame holds 512 bytes; the use after the
+// call rules out a tail call, the volatile limit an infinite-recursion warning.
+volatile int g_overflow_depth_limit = 1 << 30;
+__attribute__((noinline)) int dig(int depth) {
+    volatile char frame[512];
+    frame[0] = static_cast<char>(depth);
+    if (depth >= g_overflow_depth_limit) return frame[0];
+    return dig(depth + 1) + frame[0];
+}
+
+// A real generator overflows its stack: the message names it and the size it
+// was made with.
+TEST(GeneratorDeath, StackOverflowNamesTheGeneratorAndItsSize) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            generator<int> g([](auto& y) { y(dig(0)); }, 16 * 1024);
+            (void)g.next();
+        },
+        "spindle: generator [0-9]+ overflowed its 16384-byte stack; raise it with the stack_size argument of "
+        "spindle::generator");
+}
 
 }  // namespace
 

@@ -19,7 +19,9 @@
 //   next()       runs the body to its next yield: true, value() is that value;
 //                or to its end: false (and rethrows an exception that escaped
 //                the body). After false, next() keeps returning false.
-//   value()      the last yielded value; valid until the next next(). Small
+//   value()      the last yielded value; valid until the next next() (debug
+//                builds abort before the first next(), after the end, and on
+//                a moved-from generator). Small
 //                trivially copyable values are copied into the generator;
 //                others are referred to where the body holds them.
 //   begin()/end() range-for; begin() starts the body.
@@ -60,6 +62,8 @@ struct generator_unwind {};
 std::uint64_t next_generator_id() noexcept;
 [[noreturn]] void generator_entry(arch::raw_context* self, arch::raw_context* from) noexcept;
 [[noreturn]] SPINDLE_COLD void generator_misuse(std::uint64_t id, const char* what) noexcept;
+// For a handle with no body (moved from): names the handle.
+[[noreturn]] SPINDLE_COLD void generator_handle_misuse(const void* handle, const char* what) noexcept;
 
 // Whether a finished body's context stays valid (see generator_entry): its
 // last act is not a final switch but a loop that answers every resume at
@@ -286,7 +290,14 @@ public:
         return resume(f);
     }
 
-    [[nodiscard]] const T& value() const noexcept { return f_->get(); }
+    [[nodiscard]] const T& value() const noexcept {
+#if SPINDLE_DEBUG_CHECKS
+        if (f_ == nullptr) detail::generator_handle_misuse(this, "value() on a generator with no body (moved from)");
+        if (!f_->started) detail::generator_misuse(f_->id, "value() before the first next()");
+        if ((f_->status & detail::gen_done) != 0) detail::generator_misuse(f_->id, "value() after its body ended");
+#endif
+        return f_->get();
+    }
     [[nodiscard]] bool done() const noexcept { return f_ == nullptr || (f_->status & detail::gen_done) != 0; }
     [[nodiscard]] std::uint64_t id() const noexcept { return f_ ? f_->id : 0; }
 
