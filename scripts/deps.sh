@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # Installs (as root) or names (otherwise) the Debian packages spindle needs.
-# Usage: scripts/deps.sh [build|bench|check]
+# Usage: scripts/deps.sh [build|bench|check|all]   (all: the union, `make deps`)
 set -euo pipefail
 what=${1:-build}
 
-pkgs=(cmake ninja-build g++ libgtest-dev)
+pkgs=(cmake ninja-build g++ libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev)
+bench_pkgs=(python3 python3-matplotlib)
+check_pkgs=(python3 python3-matplotlib clang-19 libclang-rt-19-dev g++-aarch64-linux-gnu qemu-user
+            xz-utils zstd)  # xz, zstd: scripts/preload-real-programs.sh
 case $what in
-  bench) pkgs+=(libboost-context-dev libboost-fiber-dev libleveldb-dev python3 python3-matplotlib) ;;
-  check) pkgs+=(python3 python3-matplotlib clang-19 libclang-rt-19-dev libboost-context-dev libboost-fiber-dev libleveldb-dev g++-aarch64-linux-gnu qemu-user
-                xz-utils zstd) ;;  # xz, zstd: scripts/preload-real-programs.sh
-  build) pkgs+=(libboost-context-dev libboost-fiber-dev libleveldb-dev) ;;
-  *) echo "deps.sh: unknown set '$what' (build, bench or check)" >&2; exit 2 ;;
+  build) ;;
+  bench) pkgs+=("${bench_pkgs[@]}") ;;
+  check) pkgs+=("${check_pkgs[@]}") ;;
+  all) pkgs+=("${bench_pkgs[@]}" "${check_pkgs[@]}") ;;
+  *) echo "deps.sh: unknown set '$what' (build, bench, check or all)" >&2; exit 2 ;;
 esac
 
 # Installs (as root) or names the packages of "$@" that are not installed.
@@ -31,7 +34,7 @@ ensure() {
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
   else
     echo "spindle: missing Debian packages. Install them with:" >&2
-    echo "  sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
+    echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends ${missing[*]}" >&2
     exit 1
   fi
 }
@@ -41,7 +44,7 @@ ensure "${pkgs[@]}"
 # skips them when they are missing) come in a package named after the
 # python3 the system has, known once it is installed. Best effort: a
 # machine without it, or whose sources lack it, still builds and tests.
-if [[ $what == check && -x /usr/bin/python3 ]]; then
+if [[ ($what == check || $what == all) && -x /usr/bin/python3 ]]; then
   minor=$(/usr/bin/python3 -c 'import sys; print(sys.version_info[1])')
   p="libpython3.$minor-testsuite"
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
@@ -49,7 +52,7 @@ if [[ $what == check && -x /usr/bin/python3 ]]; then
       ensure "$p" || echo "spindle: could not install $p; the preload check skips CPython's test suite" >&2
     else
       echo "spindle: optional, for CPython's own threading tests under the preload library:" >&2
-      echo "  sudo apt-get install -y --no-install-recommends $p" >&2
+      echo "  sudo apt-get update && sudo apt-get install -y --no-install-recommends $p" >&2
     fi
   fi
 fi
