@@ -8,7 +8,8 @@ namespace spindle::detail {
 barrier_core::barrier_core(std::ptrdiff_t expected)
     : arrivals_(static_cast<std::uint64_t>(expected) & count_mask),
       expected_(static_cast<std::int32_t>(expected)),
-      q_(cqs_cancellation::simple, cqs_resumption::async) {
+      q_(cqs_cancellation::smart, cqs_resumption::async,
+         cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
 #if SPINDLE_DEBUG_CHECKS
     if (expected < 0 || expected > max_expected)
         fatal("spindle::barrier %p: expected count %td outside [0, max() = %td]", static_cast<void*>(this), expected,
@@ -73,22 +74,22 @@ void barrier_core::complete(std::uint32_t phase) noexcept {
     completing_.store(false, std::memory_order_release);
 }
 
-void barrier_core::wait(std::uint32_t phase) noexcept {
+bool barrier_core::wait(std::uint32_t phase, std::chrono::steady_clock::time_point deadline,
+                        std::stop_token* st) noexcept {
     struct watch {
         const barrier_core* b;
         std::uint32_t phase;
-        // acquire: pairs with complete()'s exchange (the completion step).
         static bool over(const void* arg) noexcept {
             auto* x = static_cast<const watch*>(arg);
-            return phase_over(x->b->waiters_.load(std::memory_order_acquire), x->phase);
+            return x->b->over(x->phase);
         }
     } const wt{this, phase};
-    if (spin_before_queue(&watch::over, &wt)) return;
+    if (spin_before_queue(&watch::over, &wt, deadline)) return true;
     // acquire (here and on the CAS): pairs with complete()'s exchange when
     // we see a later phase.
     std::uint64_t w = waiters_.load(std::memory_order_acquire);
     for (;;) {
-        if (phase_over(w, phase)) return;
+        if (phase_over(w, phase)) return true;
         if (static_cast<std::uint32_t>(w >> phase_shift) != phase) {
             // Our phase opened in arrivals_ but not yet here: its opener is
             // between its two stores. Let it finish.
@@ -99,17 +100,54 @@ void barrier_core::wait(std::uint32_t phase) noexcept {
         // (phase, waiters): (p, w) -> (p, w + 1): counted for p's release.
         if (waiters_.compare_exchange_weak(w, w + 1, std::memory_order_acquire, std::memory_order_acquire)) break;
     }
+    registration me{phase};
     for (;;) {
-        // No deadline, no stop token: only resumed.
-        (void)q_.suspend();
+        auto r = q_.suspend(deadline, st, reinterpret_cast<std::uintptr_t>(&me));
+        // Cancelled: on_cancellation took our registration back (p not over:
+        // false) or found p over and refused its resume (true). It ran
+        // before our wake-up, or on this very waiter.
+        if (r.status == cqs_status::cancelled) return me.refused;
+        if (r.status == cqs_status::broken) fatal("spindle::barrier %p: a suspension broke in asynchronous mode",
+                                                  static_cast<void*>(this));
         // acquire: our resume came after the exchange that ended our phase
         // (program order in complete(); the cqs orders resume and wake-up).
-        if (phase_over(waiters_.load(std::memory_order_acquire), phase)) return;
+        if (over(phase)) return true;
         // A wake-up of an earlier phase, meant for a waiter that registered
         // but has not reached the queue yet: pass it on, wait again.
         q_.resume(unit{});
         this_fiber::yield();
     }
+}
+
+// The latch's rule per phase (`tag` is the waiter's registration): phase
+// not over: (p, w) -> (p, w - 1), complete() will not count it, CANCELLED.
+// Over: complete() counted it and a resume is on its way: REFUSE (dropped),
+// and the wait reports success. acquire: the waiter then returns as
+// released, after the completion step (complete()'s release exchange); our
+// unpark, or the waiter's own thread, carries it on.
+bool barrier_core::on_cancellation(void* self, std::uint64_t tag) noexcept {
+    auto* b = static_cast<barrier_core*>(self);
+    auto* me = reinterpret_cast<registration*>(static_cast<std::uintptr_t>(tag));
+    std::uint64_t w = b->waiters_.load(std::memory_order_acquire);
+    for (;;) {
+        if (phase_over(w, me->phase)) {
+            me->refused = true;  // read by the waiter after our unpark
+            return false;
+        }
+        // Registered in p and p not over: the word still shows p.
+        if (b->waiters_.compare_exchange_weak(w, w - 1, std::memory_order_acquire, std::memory_order_acquire))
+            return true;
+    }
+}
+
+// A resume of a waiter that was cancelled after its phase ended: nothing to
+// give back (the wake-ups are interchangeable; the one meant for this cell,
+// if another, serves the waiter it reached).
+void barrier_core::complete_refused_resume(void*, unit) noexcept {}
+
+// Only smart + sync queues return values; the barrier's queue is async.
+void barrier_core::return_value(void* self, unit) noexcept {
+    fatal("spindle::barrier %p: a value came back from an asynchronous queue", self);
 }
 
 }  // namespace spindle::detail

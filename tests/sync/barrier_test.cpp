@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -97,7 +99,121 @@ TEST_P(BarrierStress, PartiesDropOut) {
     EXPECT_EQ(completions.load(), kParties);  // phases 0 .. 15, the last with one party
 }
 
+// Waits cancelled by stop requests and timeouts while phases go on: a
+// cancelled party's arrival stands (its phase completes without it
+// waiting), it waits again on the same token and finds the phase over, no
+// plain wait is left hanging (every wake-up reached someone), the waiter
+// count ends at zero and the queue keeps no segment for the cancelled ones.
+TEST_P(BarrierStress, CancellationStormLosesNoWakeUp) {
+    const unsigned workers = GetParam();
+    scheduler sched(stress_options(workers));
+    constexpr int kThreadParties = 3;
+    constexpr int kParties = kFiberParties / 2 + kThreadParties;
+    std::atomic<int> completions{0};
+    spindle::barrier sync(kParties, [&]() noexcept { completions.fetch_add(1, std::memory_order_relaxed); });
+    stop_slots sources;
+    std::atomic<bool> stopping{false};
+    std::atomic<long long> cancelled{0}, refused_or_released{0}, bad{0};
+    auto party = [&](int i) {
+        std::minstd_rand rng(static_cast<unsigned>(i) * 7919u + 3u);
+        for (int p = 0; p < kPhases; ++p) {
+            auto token = sync.arrive();
+            bool done;
+            switch (rng() % 4) {
+            case 0:
+                sync.wait(std::move(token));
+                done = true;
+                break;
+            case 1:
+                done = sync.wait_for(token, std::chrono::microseconds(rng() % 200));
+                break;
+            default:
+                done = sync.wait(token, sources.token(static_cast<std::size_t>(i)));
+                break;
+            }
+            (done ? refused_or_released : cancelled).fetch_add(1, std::memory_order_relaxed);
+            if (!done) {
+                // The arrival stands; the token is still good.
+                sync.wait(std::move(token));
+            }
+            if (completions.load() < p + 1) bad.fetch_add(1);  // released only after the phase completed
+        }
+    };
+    std::thread stopper([&] {
+        while (!stopping.load()) sources.stop_one_round(std::chrono::microseconds(20));
+    });
+    run_crowd(sched, {.fibers = kParties - kThreadParties, .threads = kThreadParties}, party);
+    stopping.store(true);
+    stopper.join();
+    std::printf("    [%u workers: %lld waits cancelled, %lld ended with the phase]\n", workers, cancelled.load(),
+                refused_or_released.load());
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_EQ(completions.load(), kPhases);
+    EXPECT_LE(sync.debug_queue_segments(), 3u);
+}
+
 INSTANTIATE_TEST_SUITE_P(Workers, BarrierStress, ::testing::ValuesIn(spindle::test::stress_workers), workers_name);
+
+// A timed wait that times out returns false; the arrival stands, so the
+// phase completes when the other party arrives, and the same token then
+// reports it over.
+TEST(Barrier, TimedWaitTimesOutAndTheArrivalStands) {
+    int completions = 0;
+    spindle::barrier sync(2, [&]() noexcept { ++completions; });
+    auto token = sync.arrive();
+    EXPECT_FALSE(sync.try_wait(token));
+    EXPECT_FALSE(sync.wait_for(token, std::chrono::milliseconds(5)));
+    EXPECT_FALSE(sync.wait_until(token, std::chrono::steady_clock::now() - std::chrono::seconds(1)));
+    std::thread other([&] { sync.arrive_and_wait(); });  // completes phase 0 at once
+    other.join();
+    EXPECT_EQ(completions, 1);
+    EXPECT_TRUE(sync.try_wait(token));
+    EXPECT_TRUE(sync.wait_for(token, std::chrono::milliseconds(0)));
+    sync.wait(std::move(token));
+    EXPECT_LE(sync.debug_queue_segments(), 2u);
+}
+
+// A fiber and a thread each stopped while waiting return false; the phase
+// then completes with their arrivals counted, and a late stop after the
+// release does not undo a successful wait.
+TEST(Barrier, StoppedWaitsReturnFalseAndTheArrivalsStand) {
+    scheduler sched({.workers = 2});
+    int completions = 0;
+    spindle::barrier sync(3, [&]() noexcept { ++completions; });
+    std::stop_source fiber_stop, thread_stop;
+    std::atomic<int> results{0};
+    std::atomic<int> waiting{0};
+    fiber f = sched.spawn([&] {
+        auto token = sync.arrive();
+        waiting.fetch_add(1);
+        if (!sync.wait(token, fiber_stop.get_token())) results.fetch_add(1);
+        sync.wait(std::move(token));
+    });
+    std::thread t([&] {
+        auto token = sync.arrive();
+        waiting.fetch_add(1);
+        if (!sync.wait(token, thread_stop.get_token())) results.fetch_add(10);
+        sync.wait(std::move(token));
+    });
+    while (waiting.load() < 2) std::this_thread::yield();
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    fiber_stop.request_stop();
+    thread_stop.request_stop();
+    while (results.load() != 11) std::this_thread::yield();
+    EXPECT_EQ(completions, 0);
+    sync.arrive_and_wait();  // the third arrival completes the phase
+    f.join();
+    t.join();
+    EXPECT_EQ(completions, 1);
+    // A stop token that is already stopped still sees a phase that is over.
+    auto token = sync.arrive();
+    std::thread a([&] { sync.arrive_and_wait(); });
+    std::thread b([&] { sync.arrive_and_wait(); });
+    a.join();
+    b.join();
+    EXPECT_TRUE(sync.wait(token, fiber_stop.get_token()));
+    EXPECT_EQ(completions, 2);
+}
 
 TEST(Barrier, ArriveManyAndOldTokens) {
     static_assert(spindle::barrier<>::max() >= 0x7fffffff);

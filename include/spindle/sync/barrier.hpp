@@ -7,17 +7,22 @@
 //     auto token = sync.arrive(); other_work(); sync.wait(std::move(token));
 //
 // Interface: std::barrier's (arrive(n), wait(arrival_token&&),
-// arrive_and_wait, arrive_and_drop, max). Callable from fibers and plain OS
-// threads, mixed. Each phase, the last party to arrive runs the completion
-// function once, before anyone waiting on that phase is released.
+// arrive_and_wait, arrive_and_drop, max), plus try_wait(token), and
+// wait_for / wait_until / wait(token, stop_token), which return true once
+// the token's phase is over and false if the wait timed out or was stopped
+// first. Callable from fibers and plain OS threads, mixed. Each phase, the
+// last party to arrive runs the completion function once, before anyone
+// waiting on that phase is released.
 //
-// Waits are not cancellable: no timeout, no stop token. The paper's argument
-// (§4.1): releasing a phase would have to resume all its waiters atomically,
-// which no queue can do, so a cancelled waiter could only break the barrier;
-// a party that has arrived has done its part and should not hold up others.
+// Cancellation is ignored by the barrier, as the paper argues (§4.1): a
+// timed-out or stopped wait returns, but its party's arrival stands -- it
+// has reached the barrier point and does not hold up the others, and the
+// phase completes as if it still waited. (Undoing an arrival would need all
+// of a phase's waiters to be resumed atomically, which no queue can do.) The
+// token stays valid: a later wait on it returns once its phase is over.
 //
-// Algorithm. Two words and a detail::cqs (simple mode, asynchronous
-// resumption; nobody is ever cancelled):
+// Algorithm. Two words and a detail::cqs (smart cancellation, asynchronous
+// resumption):
 //
 //     arrivals_ (uint64):  bits 32..63 phase p | bits 0..31 arrivals still expected in p
 //     waiters_  (uint64):  bits 32..63 phase q | bits 0..31 waiters registered for q
@@ -34,6 +39,16 @@
 // closes registration for p and opens it for p + 1 in one step, so w counts
 // exactly the waiters of p. Their resumes may reach the queue before a slow
 // waiter of p does (the value waits in its cell: asynchronous resumption).
+//
+// A cancelled wait (smart cancellation; the queue's hook gets the waiter's
+// registration) settles on waiters_, atomically against complete():
+//   p not over:  (p, w) -> (p, w - 1); complete() will not count it and no
+//                resume will come for it: CANCELLED, resumes skip the cell.
+//                The wait returns false.
+//   p over:      complete() counted it and a resume is on its way: REFUSE,
+//                that resume is dropped, and the wait returns true.
+// So every resume lands on a live or a refusing waiter, and nothing is left
+// in the queue once the waiters are gone.
 // A waiter that finds its phase not over after a resume took a wake-up meant
 // for such a slow waiter of an earlier phase: it passes it on (resume) and
 // waits again. (That takes a waiter of p stalled between its registration
@@ -42,13 +57,17 @@
 //
 // Contract:
 //
-//   operation         | result
-//   ------------------+---------------------------------------------------------
-//   arrive(n)         | n arrivals in the current phase; the last runs the
-//                     | completion and releases the phase; returns its token
-//   wait(token)       | returns once the token's phase is over (at once if it is)
-//   arrive_and_wait() | wait(arrive())
-//   arrive_and_drop() | one fewer party from the next phase on; arrive(1)
+//   operation              | result
+//   -----------------------+----------------------------------------------------
+//   arrive(n)              | n arrivals in the current phase; the last runs the
+//                          | completion and releases the phase; returns its token
+//   wait(token)            | returns once the token's phase is over (at once if it is)
+//   try_wait(token)        | whether the token's phase is over; never blocks
+//   wait_until(token, t)   | true once the phase is over, false at t (arrival stands)
+//   wait_for(token, d)     | wait_until(token, now + d)
+//   wait(token, stop)      | true once the phase is over, false on stop (arrival stands)
+//   arrive_and_wait()      | wait(arrive())
+//   arrive_and_drop()      | one fewer party from the next phase on; arrive(1)
 //
 // Destruction: a party whose wait returned may destroy the barrier at once,
 // while the last arriver still resumes the others: the destructor waits
@@ -65,8 +84,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <stop_token>
 #include <type_traits>
 #include <utility>
 
@@ -114,18 +135,39 @@ public:
 
     // After the completion function of phase p ran: open p + 1, release p.
     void complete(std::uint32_t phase) noexcept;
-    // Returns once `phase` is over.
-    void wait(std::uint32_t phase) noexcept;
+    // Returns true once `phase` is over, false if the deadline passed or
+    // stop was requested on *st first (the arrival stands either way).
+    bool wait(std::uint32_t phase, std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept;
+    // Test and debug: frees the queue's retired segments, then counts those
+    // still allocated.
+    [[nodiscard]] std::size_t debug_queue_segments() noexcept {
+        q_.reclaim();
+        return q_.live_segments();
+    }
+    // Whether `phase` is over.
+    [[nodiscard]] bool over(std::uint32_t phase) const noexcept {
+        // acquire: pairs with complete()'s exchange (the completion step).
+        return phase_over(waiters_.load(std::memory_order_acquire), phase);
+    }
     // One fewer party from the next phase on (the caller then arrives once).
     void drop() noexcept;
 
 private:
     struct unit {};
+    // A registered waiter, on its stack for its wait; its address is the
+    // cqs tag on_cancellation receives.
+    struct registration {
+        std::uint32_t phase;   // the phase it waits for
+        bool refused = false;  // set by on_cancellation: the phase was over (the wait succeeds)
+    };
 
     static constexpr unsigned phase_shift = 32;
     static constexpr std::uint64_t count_mask = (std::uint64_t{1} << phase_shift) - 1;
 
     [[noreturn]] SPINDLE_COLD void bad_arrive(std::ptrdiff_t n, std::uint32_t remaining) const noexcept;
+    static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
+    static void complete_refused_resume(void* self, unit) noexcept;
+    static void return_value(void* self, unit) noexcept;
     static bool phase_over(std::uint64_t word, std::uint32_t phase) noexcept {
         return static_cast<std::int32_t>(static_cast<std::uint32_t>(word >> phase_shift) - phase) > 0;
     }
@@ -178,7 +220,31 @@ public:
         return arrival_token(a.phase);
     }
 
-    void wait(arrival_token&& token) const noexcept { core_.wait(token.phase_); }
+    void wait(arrival_token&& token) const noexcept { (void)core_.wait(token.phase_, detail::no_deadline, nullptr); }
+
+    // Whether the token's phase is over; never blocks.
+    [[nodiscard]] bool try_wait(const arrival_token& token) const noexcept { return core_.over(token.phase_); }
+
+    // Until the token's phase is over (true) or stop is requested (false;
+    // the arrival stands, and the token may be waited on again).
+    [[nodiscard]] bool wait(const arrival_token& token, std::stop_token st) const noexcept {
+        if (core_.over(token.phase_)) return true;
+        return core_.wait(token.phase_, detail::no_deadline, &st);
+    }
+
+    template <class Clock, class Duration>
+    [[nodiscard]] bool wait_until(const arrival_token& token, const std::chrono::time_point<Clock, Duration>& t) const {
+        if (core_.over(token.phase_)) return true;
+        const auto deadline = detail::to_steady_deadline(t);
+        if (std::chrono::steady_clock::now() >= deadline) return core_.over(token.phase_);
+        return core_.wait(token.phase_, deadline, nullptr);
+    }
+
+    template <class Rep, class Period>
+    [[nodiscard]] bool wait_for(const arrival_token& token, const std::chrono::duration<Rep, Period>& d) const {
+        return wait_until(token,
+                          std::chrono::steady_clock::now() + std::chrono::ceil<std::chrono::steady_clock::duration>(d));
+    }
 
     void arrive_and_wait() noexcept { wait(arrive()); }
 
@@ -186,6 +252,9 @@ public:
         core_.drop();
         (void)arrive();
     }
+
+    // Test and debug: segments of the waiter queue still allocated.
+    [[nodiscard]] std::size_t debug_queue_segments() noexcept { return core_.debug_queue_segments(); }
 
 private:
     mutable detail::barrier_core core_;
