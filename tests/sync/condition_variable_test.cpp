@@ -10,10 +10,13 @@
 #pragma clang diagnostic ignored "-Wthread-safety-analysis"
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <deque>
 #include <mutex>
+#include <random>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -101,6 +104,91 @@ TEST_P(CondVarStress, BoundedQueueLosesNothing) {
     EXPECT_EQ(consumed_count.load(), n);
     EXPECT_EQ(consumed_sum.load(), n * (n + 1) / 2);
     EXPECT_TRUE(q.empty());
+}
+
+// Consumers wait for tickets with every kind of wait -- plain, timed, with
+// a stop token (a stopper thread keeps requesting stops), fibers and
+// threads mixed -- while a producer hands tickets out with notify_one and
+// notify_all, under the lock and after it. A cancelled wait returns holding
+// the lock and takes nothing; a ticket is taken at most once; nobody hangs
+// (no notification lost); and at the end every ticket was taken.
+TEST_P(CondVarStress, CancellationStormLosesNoWakeUp) {
+    const auto [workers, policy] = GetParam();
+    scheduler sched(stress_options(workers));
+    spindle::mutex m(policy);
+    condition_variable cv;
+    long long tickets = 0;  // guarded by m
+    bool closing = false;   // guarded by m: the producer is done, take what is left
+    std::atomic<long long> taken{0}, cancelled{0};
+    std::atomic<int> not_holding{0};
+    stop_slots sources;
+    std::atomic<bool> stopping{false};
+    constexpr int kTakes = 8;
+    auto consume = [&](int i) {
+        std::minstd_rand rng(static_cast<unsigned>(i) * 7919u + 7u);
+        int mine = 0;
+        while (mine < kTakes) {
+            std::unique_lock lk(m);
+            auto ready = [&] { return tickets > 0 || closing; };
+            bool ok;
+            switch (rng() % 4) {
+            case 0:
+                cv.wait(lk, ready);
+                ok = true;
+                break;
+            case 1: ok = cv.wait_for(lk, std::chrono::microseconds(rng() % 300), ready); break;
+            case 2:
+                ok = cv.wait_until(lk, std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 300),
+                                   ready);
+                break;
+            default: ok = cv.wait(lk, sources.token(static_cast<std::size_t>(i)), ready); break;
+            }
+            if (!lk.owns_lock()) not_holding.fetch_add(1);
+            if (!ok) {
+                cancelled.fetch_add(1, std::memory_order_relaxed);
+                continue;
+            }
+            if (tickets == 0) return;  // closing and nothing left
+            --tickets;
+            ++mine;
+            taken.fetch_add(1, std::memory_order_relaxed);
+        }
+    };
+    constexpr int kFibers = 64, kThreads = 3;
+    constexpr long long kTickets = static_cast<long long>(kFibers + kThreads) * kTakes;
+    std::thread stopper([&] {
+        while (!stopping.load()) sources.stop_one_round(std::chrono::microseconds(15));
+    });
+    std::thread producer([&] {
+        std::minstd_rand rng(11);
+        for (long long n = 0; n < kTickets;) {
+            const long long batch = 1 + static_cast<long long>(rng() % 4);
+            std::unique_lock lk(m);
+            const long long k = std::min(batch, kTickets - n);
+            tickets += k;
+            n += k;
+            if (rng() % 2 == 0) {
+                if (k == 1) cv.notify_one(); else cv.notify_all();
+            } else {
+                lk.unlock();
+                if (k == 1) cv.notify_one(); else cv.notify_all();
+            }
+            if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+        std::lock_guard g(m);
+        closing = true;
+        cv.notify_all();
+    });
+    run_crowd(sched, {.fibers = kFibers, .threads = kThreads, .first_thread = kFibers}, consume);
+    producer.join();
+    stopping.store(true);
+    stopper.join();
+    std::printf("    [%u workers, %s: %lld taken, %lld waits cancelled]\n", workers, to_string(policy), taken.load(),
+                cancelled.load());
+    EXPECT_EQ(not_holding.load(), 0);
+    EXPECT_EQ(taken.load(), kTickets);  // every ticket taken once, each consumer its kTakes
+    std::lock_guard g(m);
+    EXPECT_EQ(tickets, 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, CondVarStress,

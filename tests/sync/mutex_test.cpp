@@ -20,6 +20,7 @@
 #include <stop_token>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <spindle/sync/cqs_mutex.hpp>
@@ -109,6 +110,80 @@ TEST_P(MutexStress, MutualExclusionWithFibersAndThreads) {
         EXPECT_EQ(counter, static_cast<long long>(kStressFibers + 2) * kIters);
         EXPECT_TRUE(m.try_lock());  // nobody left holding or queued
         m.unlock();
+    });
+}
+
+// Locks cancelled by stop requests and timeouts, fibers and threads mixed,
+// while others lock and unlock: mutual exclusion holds, every success owns
+// the lock, every plain lock() returns (no wake-up lost), and afterwards a
+// fresh waiter is woken by a fresh unlock and the CQS queue keeps nothing
+// for the cancelled ones.
+TEST_P(MutexStress, CancellationStormLosesNoWakeUp) {
+    const auto [kind, workers, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        scheduler sched(stress_options(workers));
+        M m(policy);
+        long long counter = 0;  // guarded by m
+        std::atomic<int> inside{0}, violations{0};
+        std::atomic<long long> acquired{0}, cancelled{0};
+        stop_slots sources;
+        std::atomic<bool> stopping{false};
+        constexpr int kIters = 10;
+        auto body = [&](int i) {
+            std::minstd_rand rng(static_cast<unsigned>(i) * 7919u + 5u);
+            for (int k = 0; k < kIters; ++k) {
+                bool got;
+                switch (rng() % 4) {
+                case 0:
+                    m.lock();
+                    got = true;
+                    break;
+                case 1: got = m.lock(sources.token(static_cast<std::size_t>(i))); break;
+                case 2: got = m.try_lock_for(std::chrono::microseconds(rng() % 200)); break;
+                default:
+                    got = m.try_lock_until(std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 200));
+                    break;
+                }
+                if (!got) {
+                    cancelled.fetch_add(1, std::memory_order_relaxed);
+                    continue;
+                }
+                if (inside.fetch_add(1) != 0) violations.fetch_add(1);
+                ++counter;
+                acquired.fetch_add(1, std::memory_order_relaxed);
+                if (rng() % 4 == 0) this_fiber::yield();
+                inside.fetch_sub(1);
+                m.unlock();
+            }
+        };
+        std::thread stopper([&] {
+            while (!stopping.load()) sources.stop_one_round(std::chrono::microseconds(10));
+        });
+        run_crowd(sched, {.fibers = stress_fibers / 4, .threads = 3, .first_thread = 1}, body);
+        stopping.store(true);
+        stopper.join();
+        EXPECT_EQ(violations.load(), 0);
+        EXPECT_EQ(counter, acquired.load());
+        EXPECT_EQ(acquired.load() + cancelled.load(), static_cast<long long>(stress_fibers / 4 + 3) * kIters);
+        // No wake-up lost: a fresh waiter gets the next unlock.
+        m.lock();
+        std::atomic<bool> waiting{false}, got{false};
+        std::thread w([&] {
+            waiting.store(true);
+            m.lock();
+            got.store(true);
+            m.unlock();
+        });
+        while (!waiting.load()) std::this_thread::yield();
+        std::this_thread::sleep_for(1ms);
+        m.unlock();
+        w.join();
+        EXPECT_TRUE(got.load());
+        EXPECT_TRUE(m.try_lock());
+        m.unlock();
+        if constexpr (std::is_same_v<M, spindle::cqs_mutex>) {
+            EXPECT_LE(m.debug_queue_segments(), 3u);
+        }
     });
 }
 

@@ -398,6 +398,12 @@ public:
     [[nodiscard]] std::int64_t permits() const noexcept {
         return count_of(items_.load(std::memory_order_relaxed));  // a snapshot
     }
+    // Test and debug: frees the receivers' queue's retired segments, then
+    // counts those still allocated.
+    [[nodiscard]] std::size_t queue_segments() noexcept {
+        receivers_.reclaim();
+        return receivers_.live_segments();
+    }
 
 private:
     struct unit {};
@@ -644,6 +650,8 @@ public:
     // Test and debug: the permit count (> 0 elements not promised to a
     // receiver, < 0 receivers counted as waiting).
     [[nodiscard]] std::int64_t debug_permits() const noexcept { return core_.permits(); }
+    // Test and debug: segments of the receivers' waiter queue still allocated.
+    [[nodiscard]] std::size_t debug_queue_segments() noexcept { return core_.queue_segments(); }
 
 private:
     static void* addr(T& v) noexcept { return static_cast<void*>(std::addressof(v)); }

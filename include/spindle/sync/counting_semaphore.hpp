@@ -145,6 +145,12 @@ public:
     [[nodiscard]] std::int64_t count() const noexcept {
         return count_.load(std::memory_order_relaxed);  // a snapshot
     }
+    // Test and debug: frees the waiter queue's retired segments, then counts
+    // those still allocated.
+    [[nodiscard]] std::size_t queue_segments() noexcept {
+        q_.reclaim();
+        return q_.live_segments();
+    }
 
 private:
     struct unit {};
@@ -207,6 +213,8 @@ public:
 
     // Test and debug: the permit word (negative: waiters counted).
     [[nodiscard]] std::int64_t debug_count() const noexcept { return core_.count(); }
+    // Test and debug: segments of the waiter queue still allocated.
+    [[nodiscard]] std::size_t debug_queue_segments() noexcept { return core_.queue_segments(); }
 
 private:
     detail::semaphore_core core_;

@@ -103,6 +103,9 @@ public:
 
     [[nodiscard]] handoff policy() const noexcept { return policy_; }
 
+    // Test and debug: segments of the waiter queue still allocated.
+    [[nodiscard]] std::size_t debug_queue_segments() noexcept { return core_.queue_segments(); }
+
 private:
 #if SPINDLE_DEBUG_CHECKS
     void note_owner() noexcept { owner_.store(detail::caller_identity(), std::memory_order_relaxed); }

@@ -129,6 +129,13 @@ public:
         wait();
     }
 
+    // Test and debug: frees the waiter queue's retired segments, then counts
+    // those still allocated.
+    [[nodiscard]] std::size_t debug_queue_segments() noexcept {
+        q_.reclaim();
+        return q_.live_segments();
+    }
+
 private:
     struct unit {};
 
