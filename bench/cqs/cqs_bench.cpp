@@ -55,13 +55,10 @@
 //              CANCELLED (and unlinks a segment once all its cells are dead)
 //              in O(1); the linear queue unlinks its node by walking from
 //              the head past the Q queued ones. Param `waiter`: "thread" (an
-//              OS thread: its park returns at once, but spindle's unpark of a
-//              thread always calls futex_wake, ~130 ns here) or "fiber" (a
-//              fiber on the queued waiters' worker: its park is a switch to
-//              the worker loop and straight back). A timed wait would measure
+//              OS thread) or "fiber" (a fiber on the queued waiters' worker);
+//              neither parks nor makes a system call. A timed wait would measure
 //              the timer (arming, firing, its latency) instead of the queue,
-//              and would run into the known slowness of short timed waits
-//              (see counting_semaphore.hpp), so no deadline is used.
+//              so no deadline is used.
 //              Each primitive has an empty twin, timed in alternating
 //              batches of up to 32 calls within the same measurement; ns per
 //              call is the median over the batches (a batch that another
@@ -938,11 +935,11 @@ void bench_abort(harness& h, const run_options& o) {
             const bool from_fiber = std::string(waiter) == "fiber";
             const std::string how =
                 from_fiber ? "; the waiter under test is a fiber on the queued waiters' worker, its stop requested "
-                             "before it calls: it enqueues, is claimed, parks (a switch to the worker loop and "
-                             "straight back: its wake-up is already there) and cancels"
+                             "before it calls: it enqueues, finds itself claimed and runs the cancellation itself, "
+                             "without parking"
                            : "; the waiter under test is an OS thread, its stop requested before it calls: it "
-                             "enqueues, is claimed, does not sleep (spindle's thread unpark still makes one "
-                             "futex_wake call) and cancels";
+                             "enqueues, finds itself claimed and runs the cancellation itself, without sleeping "
+                             "or a system call";
             // Per variant, loaded / empty of every measurement, the warm-up first.
             std::map<std::string, std::vector<double>> growth;
             std::vector<variant> vs;

@@ -455,8 +455,8 @@ TEST_P(PoolStress, CancellationStormLosesNoElementAndNoWakeUp) {
             std::minstd_rand rng(static_cast<unsigned>(i) * 7919u + 1u);
             for (int n = 0; n < kIters; ++n) {
                 std::optional<std::uint32_t> got;
-                // Mostly stop tokens; a timed wait only now and then (short
-                // timed waits in bulk are a known slow path of the cqs).
+                // Mostly stop tokens; a timed wait only now and then (each
+                // one arms and disarms a timer on the timer thread).
                 const int kind = (i + n) % 16;
                 if (kind == 0) got = p.take();
                 else if (kind == 1 && i % 8 == 0) got = p.try_take_for(std::chrono::microseconds(rng() % 300));

@@ -559,7 +559,7 @@ public:
         return send(std::move(copy), std::move(st));
     }
 
-    // ok | closed | full. Never waits for room; see (*2) in the header essay.
+    // ok | closed | full. Never waits for room; see (*) under the contract table.
     [[nodiscard]] channel_status try_send(T&& v) noexcept { return core_.try_send(addr(v)); }
     [[nodiscard]] channel_status try_send(const T& v) requires std::copy_constructible<T> {
         T copy(v);

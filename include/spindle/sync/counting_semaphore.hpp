@@ -37,7 +37,11 @@
 //
 // Fairness: FIFO. Once anyone waits, c <= 0 and newcomers queue behind; a
 // release hands its permit to the oldest waiter, never to the word, so no
-// newcomer overtakes (a try_acquire cannot take a permit while c <= 0).
+// newcomer overtakes (a try_acquire cannot take a permit while c <= 0) --
+// with one exception, from synchronous resumption (below): an acquirer that
+// has decremented the word but does not reach its cell within the
+// releaser's short spin (a preempted thread, a fiber held up arming its
+// timer) finds its cell BROKEN and queues again at the tail.
 //
 // Cancellation (a timeout or stop request) is the paper's smart mode
 // (Listing 5): the cancelled waiter gives its decrement back,

@@ -146,7 +146,7 @@
 // destructor waits (yields) until every set() has left the object. Every
 // other wait must have returned.
 //
-// Size: the word, a busy count, a debt count and a cqs (a few cache lines).
+// Size: the word, a busy count and a cqs (a few cache lines).
 // Not for: waiting on a condition over shared data that several parties
 // change (use a mutex and condition_variable); counting many signals (use
 // counting_semaphore: an automatic event keeps at most one).

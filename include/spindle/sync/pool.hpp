@@ -82,7 +82,9 @@
 //
 // Fairness: FIFO for takers. Once one waits, s <= 0: every put hands its
 // element to the oldest waiter, and newcomers (and try_take) cannot overtake
-// it. Elements: FIFO (queue_pool) or LIFO (stack_pool) among those stored,
+// it -- except a taker that has counted itself but does not reach its cell
+// within the putter's short spin (synchronous resumption, below): it finds
+// its cell BROKEN and queues again at the tail. Elements: FIFO (queue_pool) or LIFO (stack_pool) among those stored,
 // as a heuristic -- not linearizable when puts and takes race (the paper's
 // pools are "bags with a preference"; so are these).
 //
