@@ -5,16 +5,9 @@
 
 namespace spindle::detail {
 
-barrier_core::barrier_core(std::ptrdiff_t expected)
-    : arrivals_(static_cast<std::uint64_t>(expected) & count_mask),
-      expected_(static_cast<std::int32_t>(expected)),
-      q_(cqs_cancellation::smart, cqs_resumption::async,
-         cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
-#if SPINDLE_DEBUG_CHECKS
-    if (expected < 0 || expected > max_expected)
-        fatal("spindle::barrier %p: expected count %td outside [0, max() = %td]", static_cast<void*>(this), expected,
-              max_expected);
-#endif
+void barrier_core::bad_expected(std::ptrdiff_t expected) const noexcept {
+    fatal("spindle::barrier %p: expected count %td outside [0, max() = %td]", static_cast<const void*>(this),
+          expected, max_expected);
 }
 
 barrier_core::~barrier_core() {

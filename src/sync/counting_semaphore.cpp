@@ -6,17 +6,9 @@
 
 namespace spindle::detail {
 
-semaphore_core::semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max, handoff policy)
-    : count_(desired),
-      max_(max),
-      policy_(policy),
-      q_(cqs_cancellation::smart, cqs_resumption::sync,
-         cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
-#if SPINDLE_DEBUG_CHECKS
-    if (desired < 0 || desired > max)
-        fatal("spindle::counting_semaphore %p: initial count %td outside [0, max() = %td]",
-              static_cast<void*>(this), desired, max);
-#endif
+void semaphore_core::bad_initial_count(std::ptrdiff_t desired, std::ptrdiff_t max) noexcept {
+    fatal("spindle::counting_semaphore %p: initial count %td outside [0, max() = %td]", static_cast<void*>(this),
+          desired, max);
 }
 
 semaphore_core::~semaphore_core() {

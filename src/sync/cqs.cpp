@@ -28,16 +28,21 @@ struct cqs_base::cell_env {
     }
 };
 
-cqs_base::cqs_base(cqs_cancellation c, cqs_resumption r, cqs_raw_hooks h)
-    : cancellation_(c), resumption_(r), hooks_(h) {
-    // Both heads point at the first segment: two pointer counts.
-    auto* s = new cqs_segment(0, nullptr, 2);
-    live_segments_.store(1, std::memory_order_relaxed);
-    suspend_seg_.store(s, std::memory_order_relaxed);  // published by the queue's construction
-    resume_seg_.store(s, std::memory_order_relaxed);
+// The first operation on the queue: segment 0, with both heads on it (two
+// pointer counts). Under lock_, so that racing first operations build one;
+// release on the heads publishes it to the acquire loads that find them set
+// without taking the lock. Returns `head`'s target.
+cqs_segment* cqs_base::first_segment(std::atomic<cqs_segment*>& head) noexcept {
     lock_.lock();
-    first_ = s;
+    if (first_ == nullptr) {
+        auto* s = new cqs_segment(0, nullptr, 2);
+        first_ = s;
+        live_segments_.store(1, std::memory_order_relaxed);  // a statistic
+        suspend_seg_.store(s, std::memory_order_release);
+        resume_seg_.store(s, std::memory_order_release);
+    }
     lock_.unlock();
+    return head.load(std::memory_order_acquire);  // set above or by an earlier first operation
 }
 
 cqs_base::~cqs_base() {
@@ -281,6 +286,8 @@ cqs_base::raw_result cqs_base::suspend_raw(std::chrono::steady_clock::time_point
     std::uint64_t e = enter();
     // Read the head before the FAA: it cannot be past our segment yet.
     cqs_segment* start = suspend_seg_.load(std::memory_order_acquire);
+    if (start == nullptr) [[unlikely]]
+        start = first_segment(suspend_seg_);
     std::uint64_t i = suspend_idx_.fetch_add(1, std::memory_order_relaxed);  // see suspend_idx_
     // Our cell is alive (we have not touched it), so our segment is linked.
     cqs_segment* s = find_and_move(suspend_seg_, start, i / cqs_segment_cells);
@@ -353,6 +360,8 @@ bool cqs_base::resume_raw(std::uint64_t v, unsigned policy) noexcept {
         std::uint64_t e = enter();
         // Read the head before the FAA: it cannot be past our segment yet.
         cqs_segment* start = resume_seg_.load(std::memory_order_acquire);
+        if (start == nullptr) [[unlikely]]
+            start = first_segment(resume_seg_);
         std::uint64_t i = resume_idx_.fetch_add(1, std::memory_order_relaxed);  // see resume_idx_
         const std::uint64_t id = i / cqs_segment_cells;
         cqs_segment* s = find_and_move(resume_seg_, start, id);

@@ -17,14 +17,6 @@ constexpr unsigned passes_before_yield = 64;
 
 }  // namespace
 
-event::event(event_reset reset, bool initially_set, handoff policy)
-    : word_(reset == event_reset::manual ? (initially_set ? set_bit : 0) : (initially_set ? 1 : 0)),
-      manual_(reset == event_reset::manual),
-      policy_(policy),
-      q_(detail::cqs_cancellation::smart,
-         reset == event_reset::manual ? detail::cqs_resumption::async : detail::cqs_resumption::sync,
-         detail::cqs_hooks<std::uint64_t>{&on_cancellation, &complete_refused_resume, &return_value, this}) {}
-
 event::~event() {
     // A waiter may destroy the event as soon as its wait returns, while the
     // set() that released it still wakes others. acquire pairs with set()'s

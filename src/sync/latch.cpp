@@ -7,14 +7,8 @@ namespace spindle {
 
 using detail::fatal;
 
-latch::latch(std::ptrdiff_t expected)
-    : count_(expected),
-      opened_(expected <= 0),
-      q_(detail::cqs_cancellation::smart, detail::cqs_resumption::async,
-         detail::cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
-#if SPINDLE_DEBUG_CHECKS
-    if (expected < 0) fatal("spindle::latch %p: negative expected count %td", static_cast<void*>(this), expected);
-#endif
+void latch::bad_expected(std::ptrdiff_t expected) const noexcept {
+    fatal("spindle::latch %p: negative expected count %td", static_cast<const void*>(this), expected);
 }
 
 latch::~latch() {

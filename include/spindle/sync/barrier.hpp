@@ -112,7 +112,15 @@ public:
         bool last;  // this arrival completed the phase: run the completion, then complete()
     };
 
-    explicit barrier_core(std::ptrdiff_t expected);
+    constexpr explicit barrier_core(std::ptrdiff_t expected) noexcept
+        : arrivals_(static_cast<std::uint64_t>(expected) & count_mask),
+          expected_(static_cast<std::int32_t>(expected)),
+          q_(cqs_cancellation::smart, cqs_resumption::async,
+             cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
+#if SPINDLE_DEBUG_CHECKS
+        if (expected < 0 || expected > max_expected) bad_expected(expected);
+#endif
+    }
     ~barrier_core();
     barrier_core(const barrier_core&) = delete;
     barrier_core& operator=(const barrier_core&) = delete;
@@ -165,6 +173,7 @@ private:
     static constexpr std::uint64_t count_mask = (std::uint64_t{1} << phase_shift) - 1;
 
     [[noreturn]] SPINDLE_COLD void bad_arrive(std::ptrdiff_t n, std::uint32_t remaining) const noexcept;
+    [[noreturn]] SPINDLE_COLD void bad_expected(std::ptrdiff_t expected) const noexcept;
     static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, unit) noexcept;
     static void return_value(void* self, unit) noexcept;
@@ -206,7 +215,7 @@ public:
 
     static constexpr std::ptrdiff_t max() noexcept { return detail::barrier_core::max_expected; }
 
-    explicit barrier(std::ptrdiff_t expected, CompletionFunction f = CompletionFunction())
+    constexpr explicit barrier(std::ptrdiff_t expected, CompletionFunction f = CompletionFunction())
         : core_(expected), completion_(std::move(f)) {}
     barrier(const barrier&) = delete;
     barrier& operator=(const barrier&) = delete;

@@ -100,7 +100,16 @@ namespace detail {
 // src/sync/counting_semaphore.cpp); `max` only feeds the debug checks.
 class semaphore_core {
 public:
-    semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max, handoff policy);
+    constexpr semaphore_core(std::ptrdiff_t desired, std::ptrdiff_t max, handoff policy) noexcept
+        : count_(desired),
+          max_(max),
+          policy_(policy),
+          q_(cqs_cancellation::smart, cqs_resumption::sync,
+             cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
+#if SPINDLE_DEBUG_CHECKS
+        if (desired < 0 || desired > max) bad_initial_count(desired, max);
+#endif
+    }
     ~semaphore_core();
     semaphore_core(const semaphore_core&) = delete;
     semaphore_core& operator=(const semaphore_core&) = delete;
@@ -164,6 +173,7 @@ private:
     SPINDLE_NOINLINE void release_slow(std::int64_t c, std::ptrdiff_t n) noexcept;
     void hand_over(handoff policy) noexcept;
     [[noreturn]] SPINDLE_COLD void bad_release(std::ptrdiff_t n, std::int64_t c) noexcept;
+    [[noreturn]] SPINDLE_COLD void bad_initial_count(std::ptrdiff_t desired, std::ptrdiff_t max) noexcept;
     static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, unit) noexcept;
     static void return_value(void* self, unit) noexcept;
@@ -187,7 +197,7 @@ class counting_semaphore {
 public:
     static constexpr std::ptrdiff_t max() noexcept { return LeastMaxValue; }
 
-    explicit counting_semaphore(std::ptrdiff_t desired, handoff policy = handoff::ces)
+    constexpr explicit counting_semaphore(std::ptrdiff_t desired, handoff policy = handoff::ces) noexcept
         : core_(desired, LeastMaxValue, policy) {}
     counting_semaphore(const counting_semaphore&) = delete;
     counting_semaphore& operator=(const counting_semaphore&) = delete;

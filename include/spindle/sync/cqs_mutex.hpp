@@ -57,7 +57,7 @@ namespace spindle {
 
 class SPINDLE_CAPABILITY("mutex") cqs_mutex {
 public:
-    explicit cqs_mutex(handoff policy = handoff::ces) : core_(1, 1, policy), policy_(policy) {}
+    constexpr explicit cqs_mutex(handoff policy = handoff::ces) noexcept : core_(1, 1, policy), policy_(policy) {}
     ~cqs_mutex();
     cqs_mutex(const cqs_mutex&) = delete;
     cqs_mutex& operator=(const cqs_mutex&) = delete;

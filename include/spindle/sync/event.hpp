@@ -182,7 +182,13 @@ constexpr const char* to_string(event_reset r) noexcept {
 
 class event {
 public:
-    explicit event(event_reset reset, bool initially_set = false, handoff policy = handoff::ces);
+    constexpr explicit event(event_reset reset, bool initially_set = false, handoff policy = handoff::ces) noexcept
+        : word_(reset == event_reset::manual ? (initially_set ? set_bit : 0) : (initially_set ? 1 : 0)),
+          manual_(reset == event_reset::manual),
+          policy_(policy),
+          q_(detail::cqs_cancellation::smart,
+             reset == event_reset::manual ? detail::cqs_resumption::async : detail::cqs_resumption::sync,
+             detail::cqs_hooks<std::uint64_t>{&on_cancellation, &complete_refused_resume, &return_value, this}) {}
     ~event();
     event(const event&) = delete;
     event& operator=(const event&) = delete;

@@ -72,7 +72,15 @@ class latch {
 public:
     static constexpr std::ptrdiff_t max() noexcept { return std::numeric_limits<std::ptrdiff_t>::max(); }
 
-    explicit latch(std::ptrdiff_t expected);
+    constexpr explicit latch(std::ptrdiff_t expected) noexcept
+        : count_(expected),
+          opened_(expected <= 0),
+          q_(detail::cqs_cancellation::smart, detail::cqs_resumption::async,
+             detail::cqs_hooks<unit>{&on_cancellation, &complete_refused_resume, &return_value, this}) {
+#if SPINDLE_DEBUG_CHECKS
+        if (expected < 0) bad_expected(expected);
+#endif
+    }
     ~latch();
     latch(const latch&) = delete;
     latch& operator=(const latch&) = delete;
@@ -145,6 +153,7 @@ private:
     SPINDLE_NOINLINE void open() noexcept;
     SPINDLE_NOINLINE bool wait_slow(std::chrono::steady_clock::time_point deadline, std::stop_token* st) const noexcept;
     [[noreturn]] SPINDLE_COLD void bad_count_down(std::ptrdiff_t n, std::int64_t c) const noexcept;
+    [[noreturn]] SPINDLE_COLD void bad_expected(std::ptrdiff_t expected) const noexcept;
     static bool on_cancellation(void* self, std::uint64_t tag) noexcept;
     static void complete_refused_resume(void* self, unit) noexcept;
     static void return_value(void* self, unit) noexcept;

@@ -213,7 +213,10 @@ public:
         std::uint64_t value;
     };
 
-    cqs_base(cqs_cancellation c, cqs_resumption r, cqs_raw_hooks h);
+    // constexpr: a queue allocates nothing until its first suspend or resume
+    // (first_segment), so the primitives on it can be constinit globals.
+    constexpr cqs_base(cqs_cancellation c, cqs_resumption r, cqs_raw_hooks h) noexcept
+        : cancellation_(c), resumption_(r), hooks_(h) {}
     ~cqs_base();
     cqs_base(const cqs_base&) = delete;
     cqs_base& operator=(const cqs_base&) = delete;
@@ -240,6 +243,7 @@ private:
 
     std::uint64_t enter() noexcept;
     void exit(std::uint64_t epoch) noexcept;
+    SPINDLE_COLD cqs_segment* first_segment(std::atomic<cqs_segment*>& head) noexcept;
     cqs_segment* find_segment(cqs_segment* start, std::uint64_t id) noexcept;
     bool move_forward(std::atomic<cqs_segment*>& head, cqs_segment* to) noexcept;
     cqs_segment* find_and_move(std::atomic<cqs_segment*>& head, cqs_segment* start, std::uint64_t id) noexcept;
@@ -260,6 +264,8 @@ private:
     // FAA counters, each on its own line: suspenders and resumers contend on
     // different words. relaxed: an index carries no data; the cell CASes
     // order everything that matters.
+    // The heads are null until the first operation allocates segment 0 for
+    // both (first_segment, under lock_); they never become null again.
     alignas(arch::cache_line) std::atomic<std::uint64_t> suspend_idx_{0};
     std::atomic<cqs_segment*> suspend_seg_{nullptr};  // holds a pointer count on its target
     alignas(arch::cache_line) std::atomic<std::uint64_t> resume_idx_{0};
@@ -340,8 +346,8 @@ class cqs {
     static_assert(sizeof(T) <= sizeof(std::uint64_t), "cqs values are at most 8 bytes for now");
 
 public:
-    explicit cqs(cqs_cancellation c = cqs_cancellation::simple, cqs_resumption r = cqs_resumption::async,
-                 cqs_hooks<T> hooks = {})
+    constexpr explicit cqs(cqs_cancellation c = cqs_cancellation::simple, cqs_resumption r = cqs_resumption::async,
+                           cqs_hooks<T> hooks = {}) noexcept
         : hooks_(hooks),
           base_(c, r, cqs_raw_hooks{&on_cancellation_raw, &refused_raw, &return_raw, this}) {}
 

@@ -1,0 +1,54 @@
+// The primitives as constinit globals: their constructors are constexpr
+// (ARCHITECTURE.md: a lock type can be a zero-initialized global; the CQS
+// queue allocates its first segment at its first wait, not when built), so
+// a global is usable from other globals' constructors and from threads that
+// start before main.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include <spindle/sync/barrier.hpp>
+#include <spindle/sync/counting_semaphore.hpp>
+#include <spindle/sync/cqs_mutex.hpp>
+#include <spindle/sync/event.hpp>
+#include <spindle/sync/latch.hpp>
+#include <spindle/sync/mutex.hpp>
+
+namespace {
+
+constinit spindle::cqs_mutex g_cqs_mutex;
+constinit spindle::mutex g_mutex;
+constinit spindle::counting_semaphore<4> g_semaphore(0);
+constinit spindle::latch g_latch(1);
+constinit spindle::barrier<> g_barrier(2);
+constinit spindle::event g_event(spindle::event_reset::manual);
+
+// Each one is used with a waiter, so that its queue is set up on first use.
+TEST(Constinit, GlobalsWaitAndWake) {
+    g_cqs_mutex.lock();
+    g_mutex.lock();
+    std::atomic<int> done{0};
+    std::thread t([&] {
+        g_cqs_mutex.lock();
+        g_cqs_mutex.unlock();
+        g_mutex.lock();
+        g_mutex.unlock();
+        g_semaphore.acquire();
+        g_latch.wait();
+        g_barrier.arrive_and_wait();
+        g_event.wait();
+        done.store(1);
+    });
+    g_cqs_mutex.unlock();
+    g_mutex.unlock();
+    g_semaphore.release();
+    g_latch.count_down();
+    g_barrier.arrive_and_wait();
+    g_event.set();
+    t.join();
+    EXPECT_EQ(done.load(), 1);
+    EXPECT_LE(g_semaphore.debug_queue_segments(), 2u);
+}
+
+}  // namespace
