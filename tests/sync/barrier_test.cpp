@@ -290,6 +290,25 @@ TEST(BarrierDeathTest, ArrivingPastTheExpectedCountAborts) {
         "spindle::barrier 0x[0-9a-f]+: arrive\\(3\\) past the 2 arrivals still expected");
 }
 
+TEST(BarrierDeathTest, BadCountsAndDropsAbort) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH({ spindle::barrier<> b(-1); },
+                 "spindle::barrier 0x[0-9a-f]+: expected count -1 outside \\[0, max\\(\\) = 2147483647\\]");
+    EXPECT_DEATH(
+        {
+            spindle::barrier<> b(2);
+            (void)b.arrive(0);
+        },
+        "spindle::barrier 0x[0-9a-f]+: arrive\\(0\\): the update must be positive");
+    EXPECT_DEATH(
+        {
+            spindle::barrier<> b(1);
+            b.arrive_and_drop();  // phase 0 completes; from phase 1 on there is nobody
+            b.arrive_and_drop();
+        },
+        "spindle::barrier 0x[0-9a-f]+: arrive_and_drop\\(\\) with no party left");
+}
+
 TEST(BarrierDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(

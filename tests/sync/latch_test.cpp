@@ -251,6 +251,17 @@ TEST(LatchDeathTest, CountDownPastZeroAborts) {
         "spindle::latch 0x[0-9a-f]+: count_down\\(2\\) past the remaining count 1");
 }
 
+TEST(LatchDeathTest, NegativeCountsAbort) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH({ spindle::latch l(-1); }, "spindle::latch 0x[0-9a-f]+: negative expected count -1");
+    EXPECT_DEATH(
+        {
+            spindle::latch l(2);
+            l.count_down(-1);
+        },
+        "spindle::latch 0x[0-9a-f]+: count_down\\(-1\\) of a negative count");
+}
+
 TEST(LatchDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(destroy_while_waited_on(new spindle::latch(1), [](auto& l) { l.wait(); }, 20ms),

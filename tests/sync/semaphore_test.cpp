@@ -381,6 +381,20 @@ TEST(SemaphoreDeathTest, ReleaseBeyondMaxAborts) {
         "release\\(3\\) beyond max\\(\\) = 4");
 }
 
+TEST(SemaphoreDeathTest, NegativeReleaseAndBadInitialCountAbort) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            spindle::counting_semaphore<4> s(2);
+            s.release(-1);
+        },
+        "spindle::counting_semaphore 0x[0-9a-f]+: release\\(-1\\) of a negative count");
+    EXPECT_DEATH({ spindle::counting_semaphore<4> s(5); },
+                 "spindle::counting_semaphore 0x[0-9a-f]+: initial count 5 outside \\[0, max\\(\\) = 4\\]");
+    EXPECT_DEATH({ spindle::counting_semaphore<4> s(-1); },
+                 "spindle::counting_semaphore 0x[0-9a-f]+: initial count -1 outside");
+}
+
 TEST(SemaphoreDeathTest, DestroyingWithWaitersAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(destroy_while_waited_on(
