@@ -11,6 +11,7 @@
 #include <spindle/sync/barrier.hpp>
 #include <spindle/sync/channel.hpp>
 #include <spindle/sync/condition_variable.hpp>
+#include <spindle/sync/condition_variable_any.hpp>
 #include <spindle/sync/counting_semaphore.hpp>
 #include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/event.hpp>
