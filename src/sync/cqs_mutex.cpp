@@ -30,6 +30,14 @@ void cqs_mutex::check_owner() noexcept {
     // Until then a second unlock() by us finds no owner, not us.
     owner_.store(nullptr, std::memory_order_relaxed);
 }
+
+void cqs_mutex::check_not_owner() noexcept {
+    // relaxed: only the holder ever finds itself here (check_owner forgets
+    // the owner before every release), and it reads its own store.
+    if (owner_.load(std::memory_order_relaxed) == detail::caller_identity())
+        fatal("spindle::cqs_mutex %p: lock() by the caller that holds it (it would wait for itself forever)",
+              static_cast<void*>(this));
+}
 #endif
 
 }  // namespace spindle

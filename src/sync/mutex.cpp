@@ -45,6 +45,14 @@ void mutex::check_owner() noexcept {
     if (owner_.load(std::memory_order_relaxed) != detail::caller_identity())
         fatal("spindle::mutex %p: unlock() by a caller that does not hold it", static_cast<void*>(this));
 }
+
+void mutex::check_not_owner() noexcept {
+    // relaxed: only the holder ever finds itself here (every release forgets
+    // the owner first), and it reads its own store.
+    if (owner_.load(std::memory_order_relaxed) == detail::caller_identity())
+        fatal("spindle::mutex %p: lock() by the caller that holds it (it would wait for itself forever)",
+              static_cast<void*>(this));
+}
 #endif
 
 void mutex::lock_slow() {
@@ -71,6 +79,7 @@ bool mutex::take_or_mark(std::atomic<std::uint32_t>& state) noexcept {
 }
 
 bool mutex::lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_token* st) {
+    check_not_owner();
     detail::wait_node n;
     n.w.fiber = detail::running_fiber();
     n.cancel = &mutex_access::cancel;
@@ -119,6 +128,7 @@ void mutex::unlock_slow() {
 }
 
 void mutex::unlock_and_park(detail::wait_node& self) {
+    forget_owner();  // a release, as unlock()'s
     std::uint32_t expected = 1;
     // release pairs with the acquire CAS of the next locker.
     if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) {

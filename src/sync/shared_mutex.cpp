@@ -70,6 +70,18 @@ void shared_mutex::check_unlock() noexcept {
               static_cast<void*>(this));
     if (owner_.load(std::memory_order_relaxed) != detail::caller_identity())
         fatal("spindle::shared_mutex %p: unlock() by a caller that does not hold it", static_cast<void*>(this));
+    // Before the release: the next exclusive holder writes its own identity
+    // after it; until then nobody is the owner.
+    owner_.store(nullptr, std::memory_order_relaxed);
+}
+
+void shared_mutex::check_not_owner(bool writer) noexcept {
+    // relaxed: only the exclusive holder ever finds itself here (check_unlock
+    // forgets the owner before every release), and it reads its own store.
+    if (owner_.load(std::memory_order_relaxed) == detail::caller_identity())
+        fatal("spindle::shared_mutex %p: %s by the caller that holds it exclusively (it would wait for itself "
+              "forever)",
+              static_cast<void*>(this), writer ? "lock()" : "lock_shared()");
 }
 
 void shared_mutex::check_unlock_shared() noexcept {
@@ -118,6 +130,7 @@ bool shared_mutex::take_or_mark(bool writer) noexcept {
 
 bool shared_mutex::lock_wait(bool writer, std::chrono::steady_clock::time_point deadline,
                              std::stop_token* st) {
+    check_not_owner(writer);
     rw_node n;
     n.writer = writer;
     n.w.fiber = detail::running_fiber();

@@ -495,6 +495,72 @@ TEST(MutexDeathTest, UnlockWithoutHoldingAborts) {
         "unlock\\(\\) by a caller that does not hold it");
 }
 
+// A relock by the holder would wait for itself: both mutexes, each kind of
+// lock, from a thread and from a fiber.
+TEST(MutexDeathTest, RelockByTheHolderAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            spindle::mutex m;
+            m.lock();
+            m.lock();
+        },
+        "spindle::mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it");
+    EXPECT_DEATH(
+        {
+            spindle::mutex m;
+            m.lock();
+            (void)m.try_lock_for(std::chrono::seconds(10));
+        },
+        "spindle::mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it");
+    EXPECT_DEATH(
+        {
+            spindle::cqs_mutex m;
+            m.lock();
+            m.lock();
+        },
+        "spindle::cqs_mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            spindle::cqs_mutex m;
+            sched.spawn([&] {
+                     m.lock();
+                     (void)m.lock(std::stop_token{});
+                 })
+                .join();
+        },
+        "spindle::cqs_mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it");
+}
+
+// No false alarm: a holder that unlocked may lock again while the mutex is
+// being handed to a waiter that has not run yet.
+TEST(MutexDeathTest, RelockAfterAHandoffIsFine) {
+    for (auto kind : all_kinds) {
+        with_mutex(kind, [&]<class M>() {
+            scheduler sched({.workers = 1});
+            M m(handoff::dispatch);
+            std::atomic<int> done{0};
+            fiber holder = sched.spawn([&] {
+                m.lock();
+                fiber waiter([&] {
+                    m.lock();  // queues behind the holder
+                    m.unlock();
+                    done.fetch_add(1);
+                });
+                this_fiber::yield();  // the waiter queues
+                m.unlock();           // handed to the waiter, which has not run yet
+                m.lock();             // queues behind it: not a relock
+                m.unlock();
+                waiter.join();
+                done.fetch_add(1);
+            });
+            holder.join();
+            EXPECT_EQ(done.load(), 2);
+        });
+    }
+}
+
 TEST(MutexDeathTest, DestroyingAHeldMutexAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(

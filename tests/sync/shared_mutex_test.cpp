@@ -798,6 +798,24 @@ TEST(SharedMutex, StandardGuards) {
 }
 
 #if SPINDLE_DEBUG_CHECKS
+TEST(SharedMutexDeathTest, RelockByTheExclusiveHolderAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            spindle::shared_mutex m;
+            m.lock();
+            m.lock();
+        },
+        "spindle::shared_mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it exclusively");
+    EXPECT_DEATH(
+        {
+            spindle::shared_mutex m;
+            m.lock();
+            m.lock_shared();
+        },
+        "spindle::shared_mutex 0x[0-9a-f]+: lock_shared\\(\\) by the caller that holds it exclusively");
+}
+
 TEST(SharedMutexDeathTest, UnlockWithoutHoldingAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(

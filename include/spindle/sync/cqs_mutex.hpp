@@ -41,7 +41,8 @@
 //
 // Debug builds (SPINDLE_DEBUG_CHECKS) abort with a message naming the mutex
 // when it is unlocked by a caller that does not hold it or that is not
-// locked, or destroyed while held or waited on.
+// locked, locked again by the caller that holds it (which would wait for
+// itself forever), or destroyed while held or waited on.
 #pragma once
 
 #include <atomic>
@@ -63,6 +64,7 @@ public:
     cqs_mutex& operator=(const cqs_mutex&) = delete;
 
     void lock() SPINDLE_ACQUIRE() {
+        check_not_owner();
         (void)core_.acquire(detail::no_deadline, nullptr);
         note_owner();
     }
@@ -89,6 +91,7 @@ public:
         if (try_lock()) return true;
         const auto deadline = detail::to_steady_deadline(t);
         if (std::chrono::steady_clock::now() >= deadline) return false;
+        check_not_owner();
         if (!core_.acquire(deadline, nullptr)) return false;
         note_owner();
         return true;
@@ -96,6 +99,7 @@ public:
 
     // Lock unless stop is requested on `st` first; true when acquired.
     [[nodiscard]] bool lock(std::stop_token st) SPINDLE_TRY_ACQUIRE(true) {
+        check_not_owner();
         if (!core_.acquire(detail::no_deadline, &st)) return false;
         note_owner();
         return true;
@@ -109,10 +113,12 @@ public:
 private:
 #if SPINDLE_DEBUG_CHECKS
     void note_owner() noexcept { owner_.store(detail::caller_identity(), std::memory_order_relaxed); }
-    void check_owner() noexcept;
+    void check_owner() noexcept;      // unlock(): held, and by the caller; then forgets the owner
+    void check_not_owner() noexcept;  // a lock that may wait: not by the holder
 #else
     void note_owner() noexcept {}
     void check_owner() noexcept {}
+    void check_not_owner() noexcept {}
 #endif
 
     detail::semaphore_core core_;

@@ -31,8 +31,9 @@
 //     queue:   intrusive FIFO of waiter records living on the waiters' stacks
 //
 // Debug builds (SPINDLE_DEBUG_CHECKS) abort with a message naming the mutex
-// when it is unlocked by a caller that does not hold it, or destroyed while
-// held or waited on.
+// when it is unlocked by a caller that does not hold it, locked again by the
+// caller that holds it (which would wait for itself forever), or destroyed
+// while held or waited on.
 #pragma once
 
 #include <atomic>
@@ -78,6 +79,7 @@ public:
 
     void unlock() SPINDLE_RELEASE() {
         check_owner();
+        forget_owner();
         std::uint32_t expected = 1;
         // release pairs with the acquire CAS of the next locker.
         if (!state_.compare_exchange_strong(expected, 0, std::memory_order_release,
@@ -128,10 +130,16 @@ private:
 
 #if SPINDLE_DEBUG_CHECKS
     void note_owner() noexcept { owner_.store(detail::caller_identity(), std::memory_order_relaxed); }
-    void check_owner() noexcept;
+    // Before every release: the next holder writes its own identity after
+    // the release that hands it the mutex, so until then nobody is the owner.
+    void forget_owner() noexcept { owner_.store(nullptr, std::memory_order_relaxed); }
+    void check_owner() noexcept;      // held, and by the caller (unlock, a condition variable's wait)
+    void check_not_owner() noexcept;  // a lock that must wait: not by the holder
 #else
     void note_owner() noexcept {}
+    void forget_owner() noexcept {}
     void check_owner() noexcept {}
+    void check_not_owner() noexcept {}
 #endif
 
     std::atomic<std::uint32_t> state_{0};  // 0 free, 1 held, 2 held + waiters

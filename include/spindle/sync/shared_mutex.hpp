@@ -138,11 +138,12 @@
 //   invalid: undefined; aborts with a message naming the shared_mutex in
 //   debug builds (SPINDLE_DEBUG_CHECKS): unlock() when not held exclusively
 //   or by a caller that does not hold it, unlock_shared() with no readers,
-//   destruction while held or waited on. Undefined, not checked:
-//   unlock_shared() by a caller that does not hold it shared while others
-//   do (readers are counted, not recorded), recursion (lock_shared while
-//   holding it, either way, may deadlock), destroying it while an operation
-//   runs.
+//   lock() or lock_shared() by the caller that holds it exclusively (a
+//   wait for itself), destruction while held or waited on. Undefined, not
+//   checked: unlock_shared() by a caller that does not hold it shared while
+//   others do (readers are counted, not recorded), lock() or a queued
+//   lock_shared() by a caller that holds it shared (may deadlock), destroying
+//   it while an operation runs.
 //
 // Size: a word, the policy, a spinlock and two pointers: 24 bytes on 64-bit
 // targets (32 with debug checks). Not for: data read far more often than written by many
@@ -311,12 +312,14 @@ private:
 
 #if SPINDLE_DEBUG_CHECKS
     void note_owner() noexcept { owner_.store(detail::caller_identity(), std::memory_order_relaxed); }
-    void check_unlock() noexcept;
+    void check_unlock() noexcept;  // held exclusively, by the caller; then forgets the owner
     void check_unlock_shared() noexcept;
+    void check_not_owner(bool writer) noexcept;  // a lock that must wait: not by the exclusive holder
 #else
     void note_owner() noexcept {}
     void check_unlock() noexcept {}
     void check_unlock_shared() noexcept {}
+    void check_not_owner(bool) noexcept {}
 #endif
 
     std::atomic<std::uint32_t> state_{0};  // the lock word drawn above
