@@ -13,16 +13,15 @@
 #include <spindle/sync/condition_variable.hpp>
 
 #include <spindle/runtime/fiber.hpp>
+#include <spindle/sync/detail/cv_queue.hpp>
 
 namespace spindle {
 
 using detail::fatal;
 
 namespace {
-struct cv_node : detail::wait_node {
-    bool on_cv = false;      // guarded by the condition variable's qlock_
-    bool cancelled = false;  // set under it by a timeout or stop; read after unpark
-    mutex* mtx = nullptr;    // the mutex the waiter released
+struct cv_node : detail::cv_node {
+    mutex* mtx = nullptr;  // the mutex the waiter released
 };
 }  // namespace
 
@@ -31,16 +30,7 @@ struct condition_variable_access {
     static void cancel(detail::wait_node* wn) noexcept {
         auto* n = static_cast<cv_node*>(wn);
         auto* cv = static_cast<condition_variable*>(n->owner);
-        cv->qlock_.lock();
-        if (!n->on_cv) {  // notified already (or never queued): notification wins
-            cv->qlock_.unlock();
-            return;
-        }
-        cv->queue_.remove(n);
-        n->on_cv = false;
-        n->cancelled = true;
-        cv->qlock_.unlock();
-        detail::unpark(&n->w);
+        detail::cancel_queued(cv->qlock_, cv->queue_, n);
     }
 };
 
@@ -106,14 +96,7 @@ bool condition_variable::wait_impl(std::unique_lock<mutex>& lk, std::chrono::ste
 }
 
 void condition_variable::notify(bool all) noexcept {
-    qlock_.lock();
-    detail::wait_list taken;
-    while (detail::wait_node* wn = queue_.pop_front()) {
-        static_cast<cv_node*>(wn)->on_cv = false;  // from now on a timeout or stop leaves it alone
-        taken.push_back(wn);
-        if (!all) break;
-    }
-    qlock_.unlock();
+    detail::wait_list taken = detail::take_notified(qlock_, queue_, all);
     if (taken.empty()) return;
 
     // Morph: each taken waiter becomes a waiter of its mutex (one mutex for

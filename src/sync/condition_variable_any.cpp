@@ -11,33 +11,18 @@
 #include <spindle/sync/condition_variable_any.hpp>
 
 #include <spindle/runtime/fiber.hpp>
+#include <spindle/sync/detail/cv_queue.hpp>
 
 namespace spindle {
 
 using detail::fatal;
 
-namespace {
-struct any_node : detail::wait_node {
-    bool on_cv = false;      // guarded by the condition variable's qlock_
-    bool cancelled = false;  // set under it by a timeout or stop; read after unpark
-};
-}  // namespace
-
 struct condition_variable_any_access {
     // A timeout or stop request (wait_node::cancel).
     static void cancel(detail::wait_node* wn) noexcept {
-        auto* n = static_cast<any_node*>(wn);
+        auto* n = static_cast<detail::cv_node*>(wn);
         auto* cv = static_cast<condition_variable_any*>(n->owner);
-        cv->qlock_.lock();
-        if (!n->on_cv) {  // notified already (or never queued): the notification wins
-            cv->qlock_.unlock();
-            return;
-        }
-        cv->queue_.remove(n);
-        n->on_cv = false;
-        n->cancelled = true;
-        cv->qlock_.unlock();
-        detail::unpark(&n->w);
+        detail::cancel_queued(cv->qlock_, cv->queue_, n);
     }
 };
 
@@ -51,7 +36,7 @@ condition_variable_any::~condition_variable_any() {
 
 bool condition_variable_any::park_released(std::chrono::steady_clock::time_point deadline, std::stop_token* st,
                                            void (*unlock)(void*) noexcept, void* lock) {
-    any_node n;
+    detail::cv_node n;
     n.w.fiber = detail::running_fiber();
     n.cancel = &condition_variable_any_access::cancel;
     n.owner = this;
@@ -79,14 +64,7 @@ bool condition_variable_any::park_released(std::chrono::steady_clock::time_point
 }
 
 void condition_variable_any::notify(bool all) noexcept {
-    qlock_.lock();
-    detail::wait_list taken;
-    while (detail::wait_node* wn = queue_.pop_front()) {
-        static_cast<any_node*>(wn)->on_cv = false;  // from now on a timeout or stop leaves it alone
-        taken.push_back(wn);
-        if (!all) break;
-    }
-    qlock_.unlock();
+    detail::wait_list taken = detail::take_notified(qlock_, queue_, all);
     // Dispatch: the woken waiter must take the lock, which the notifier
     // usually still holds; running it now would only block it again.
     while (detail::wait_node* wn = taken.pop_front()) detail::unpark(&wn->w);

@@ -18,6 +18,8 @@
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/runtime/scheduler.hpp>
 
+#include "../support/overflow.hpp"
+
 namespace {
 
 using spindle::fiber;
@@ -276,16 +278,6 @@ TEST(FiberDeath, DetachTwiceNamesTheHandle) {
         "spindle: detach\\(\\) on fiber handle 0x[0-9a-f]+, which is not joinable");
 }
 
-// Deep enough for any stack: each frame holds 512 bytes; the use after the
-// call rules out a tail call, the volatile limit an infinite-recursion warning.
-volatile int g_overflow_depth_limit = 1 << 30;
-__attribute__((noinline)) int dig(int depth) {
-    volatile char frame[512];
-    frame[0] = static_cast<char>(depth);
-    if (depth >= g_overflow_depth_limit) return frame[0];
-    return dig(depth + 1) + frame[0];
-}
-
 // A real fiber overflows its stack: the message names it and the size it was
 // spawned with.
 TEST(FiberDeath, StackOverflowNamesTheFiberAndItsSize) {
@@ -293,7 +285,7 @@ TEST(FiberDeath, StackOverflowNamesTheFiberAndItsSize) {
     EXPECT_DEATH(
         {
             scheduler sched({.workers = 1});
-            fiber f = sched.spawn([] { std::printf("%d\n", dig(0)); }, {.stack_size = 16 * 1024});
+            fiber f = sched.spawn([] { std::printf("%d\n", spindle::test::dig(0)); }, {.stack_size = 16 * 1024});
             f.join();
         },
         "spindle: fiber [0-9]+ overflowed its 16384-byte stack; raise it with spindle::fiber_options::stack_size "

@@ -16,6 +16,8 @@
 #include <spindle/runtime/generator.hpp>
 #include <spindle/runtime/scheduler.hpp>
 
+#include "../support/overflow.hpp"
+
 namespace {
 
 using spindle::generator;
@@ -383,23 +385,13 @@ TEST(GeneratorDeath, ValueOfAMovedFromGeneratorNamesTheHandle) {
 }
 #endif
 
-// Deep enough for any stack: each frame holds 512 bytes; the use after the
-// call rules out a tail call, the volatile limit an infinite-recursion warning.
-volatile int g_overflow_depth_limit = 1 << 30;
-__attribute__((noinline)) int dig(int depth) {
-    volatile char frame[512];
-    frame[0] = static_cast<char>(depth);
-    if (depth >= g_overflow_depth_limit) return frame[0];
-    return dig(depth + 1) + frame[0];
-}
-
 // A real generator overflows its stack: the message names it and the size it
 // was made with.
 TEST(GeneratorDeath, StackOverflowNamesTheGeneratorAndItsSize) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(
         {
-            generator<int> g([](auto& y) { y(dig(0)); }, 16 * 1024);
+            generator<int> g([](auto& y) { y(spindle::test::dig(0)); }, 16 * 1024);
             (void)g.next();
         },
         "spindle: generator [0-9]+ overflowed its 16384-byte stack; raise it with the stack_size argument of "
