@@ -34,20 +34,35 @@ out=build/clobber-mutations
 rm -rf "$out"
 mkdir -p "$out"
 
-# One mutant: $1 compiler, $2 register, $3 optimization level. Prints
-# "missed ..." when the test passed anyway.
+# One mutant: $1 compiler, $2 register ("none": the unmutated header, which
+# must pass), $3 optimization level. Prints "caught", "missed ..." when the
+# test passed anyway, or "error: ..." when the mutant could not be built (a
+# build failure is no evidence either way).
 mutant() {
   local cxx=$1 reg=$2 opt=$3 tag
   tag=$(basename "$cxx")
   local dir="$out/$tag-$reg-$opt"
   mkdir -p "$dir/include/spindle/arch"
   sed "s/\"$reg\"/\"cc\"/g" include/spindle/arch/x86_64_sysv.hpp > "$dir/include/spindle/arch/x86_64_sysv.hpp"
-  if cmp -s include/spindle/arch/x86_64_sysv.hpp "$dir/include/spindle/arch/x86_64_sysv.hpp"; then
+  if [[ $reg != none ]] && cmp -s include/spindle/arch/x86_64_sysv.hpp "$dir/include/spindle/arch/x86_64_sysv.hpp"; then
     echo "error: \"$reg\" is not in the switch's clobber list"
     return
   fi
-  "$cxx" -std=c++20 -"$opt" -DSPINDLE_NO_GTEST -I"$dir/include" -Iinclude \
-    tests/arch/switch_clobber_test.cpp "$out/$tag-stack.o" "$out/$tag-generator.o" -o "$dir/switch_clobber" -pthread
+  if ! "$cxx" -std=c++20 -"$opt" -DSPINDLE_NO_GTEST -I"$dir/include" -Iinclude \
+      tests/arch/switch_clobber_test.cpp "$out/$tag-stack.o" "$out/$tag-generator.o" -o "$dir/switch_clobber" \
+      -pthread >"$dir/build.log" 2>&1; then
+    echo "error: $tag -$opt without \"$reg\" did not build (see $dir/build.log)"
+    return
+  fi
+  if [[ $reg == none ]]; then
+    # The baseline: the same build with the real header must pass.
+    if { timeout 20 "$dir/switch_clobber" >"$dir/run.log" 2>&1; } 2>/dev/null; then
+      echo "baseline"
+    else
+      echo "error: $tag -$opt with the real header failed (see $dir/run.log)"
+    fi
+    return
+  fi
   # A mutant may fail a check, crash, or hang (a corrupted loop counter):
   # each is a catch. A correct build runs in milliseconds. The braces keep
   # the shell's own "Segmentation fault" line out of the output.
@@ -69,6 +84,7 @@ for cxx in "${compilers[@]}"; do
   for src in src/memory/stack.cpp src/runtime/generator.cpp; do
     "$cxx" -std=c++20 -O2 -Iinclude -c "$src" -o "$out/$tag-$(basename "$src" .cpp).o"
   done
+  for opt in O2 O3; do jobs+=("$cxx none $opt"); done
   for reg in "${regs[@]}"; do
     [[ $reg == memory && $cxx == clang* ]] && continue
     for opt in O2 O3; do jobs+=("$cxx $reg $opt"); done
@@ -81,4 +97,5 @@ if grep -q -e '^missed' -e '^error' <<<"$results"; then
   grep -e '^missed' -e '^error' <<<"$results" | sed 's/^/  /' >&2
   exit 1
 fi
-echo "clobber-mutations: all $(grep -c '^caught' <<<"$results") mutants of the switch's clobber list caught"
+echo "clobber-mutations: the real header passes ($(grep -c '^baseline' <<<"$results") builds); all" \
+  "$(grep -c '^caught' <<<"$results") mutants of the switch's clobber list caught"

@@ -602,8 +602,10 @@ std::uintptr_t stack_pointer_of([[maybe_unused]] const void* ucontext) noexcept 
 const registry_slot* find_overflowed_stack(std::uintptr_t addr, std::uintptr_t sp) noexcept {
     registry& r = g_registry.value;
     const std::uint32_t bound = r.bound.load(std::memory_order_acquire);  // pairs with register_stack
+    if (bound == 0) return nullptr;  // no stack yet
     // Every registered stack has a one-page guard. page_size() was computed
-    // when the first stack was mapped: here it is a plain load.
+    // when the handler was installed (install_process_handler): here it is a
+    // plain load, no initialization inside the signal handler.
     const std::uintptr_t page = page_size();
     const registry_slot* sp_candidate = nullptr;
     bool sp_inside_other_stack = false;
@@ -675,10 +677,13 @@ void spindle_segv_handler(int sig, siginfo_t* info, void* ucontext) {
 }
 
 SPINDLE_COLD void install_process_handler() {
-    // The process's first stack: a malformed SPINDLE_STACK_SIZE stops it
-    // here, even when every fiber and generator names its own size and the
-    // default is never needed (the environment is never silently ignored).
+    // Once per process, before its first stack or scheduler: a malformed
+    // SPINDLE_STACK_SIZE stops it here, even when every fiber and generator
+    // names its own size and the default is never needed (the environment
+    // is never silently ignored). And the page size, which the handler
+    // reads, is computed here rather than in the handler.
     (void)default_stack_size_from_env();
+    (void)page_size();
     std::lock_guard<std::mutex> lock(g_install_mutex);
     if (g_handler_installed.load(std::memory_order_relaxed)) return;  // under the mutex
     struct sigaction previous{};

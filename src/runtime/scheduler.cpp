@@ -490,10 +490,13 @@ bool fiber_park_spin(worker* w, waiter* wt) noexcept {
 bool spin_before_queue(bool (*done)(const void* arg) noexcept, const void* arg,
                        std::chrono::steady_clock::time_point deadline) noexcept {
     worker* w = tl_worker;
+    const bool timed = deadline != std::chrono::steady_clock::time_point::max();
     if (w != nullptr && w->current != nullptr) {
-        // A fiber: only while its worker has nothing else to run.
+        // A fiber: only while its worker has nothing else to run, and not
+        // past the deadline (looked at with the queues, every 16 steps).
         for (unsigned i = 0; i < fiber_park_spins; ++i) {
-            if ((i & 15) == 0 && !nothing_else_to_run(w)) return false;
+            if ((i & 15) == 0 && (!nothing_else_to_run(w) || (timed && std::chrono::steady_clock::now() >= deadline)))
+                return done(arg);
             if (done(arg)) return true;
             arch::cpu_relax();
         }
@@ -504,7 +507,6 @@ bool spin_before_queue(bool (*done)(const void* arg) noexcept, const void* arg,
         arch::cpu_relax();
     }
     tclock_may_block();  // as in thread_park_spin: no yield inside a delegated section
-    const bool timed = deadline != std::chrono::steady_clock::time_point::max();
     for (unsigned i = 0; i < queue_yields; ++i) {
         if (done(arg)) return true;
         if (timed && std::chrono::steady_clock::now() >= deadline) return false;

@@ -11,10 +11,10 @@ void barrier_core::bad_expected(std::ptrdiff_t expected) const noexcept {
 }
 
 barrier_core::~barrier_core() {
-    // A party may destroy the barrier as soon as its wait returns, while the
+    // A party may destroy the barrier as soon as its wait returns, while a
     // completing party still resumes the others. acquire pairs with
-    // complete()'s final release store.
-    while (completing_.load(std::memory_order_acquire)) this_fiber::yield();
+    // complete()'s final release decrement.
+    while (completing_.load(std::memory_order_acquire) != 0) this_fiber::yield();
 #if SPINDLE_DEBUG_CHECKS
     // relaxed: quiescent now.
     const std::uint64_t w = waiters_.load(std::memory_order_relaxed);
@@ -42,9 +42,10 @@ void barrier_core::drop() noexcept {
 }
 
 void barrier_core::complete(std::uint32_t phase) noexcept {
-    // relaxed: ordered before the exchange below, whose release carries it
-    // to anyone who sees the new phase (and so might destroy the barrier).
-    completing_.store(true, std::memory_order_relaxed);
+    // relaxed: sequenced before the release store and exchange below, which
+    // carry it to anyone who sees the new phase (and so might destroy the
+    // barrier).
+    completing_.fetch_add(1, std::memory_order_relaxed);
     const std::uint32_t next = phase + 1;
     // relaxed: every drop of this phase precedes its party's acq_rel arrive,
     // which our own arrive read (release sequence).
@@ -64,7 +65,7 @@ void barrier_core::complete(std::uint32_t phase) noexcept {
 #endif
     for (std::uint64_t i = 0; i < (w & count_mask); ++i) q_.resume(unit{});
     // Last access to *this: see the destructor.
-    completing_.store(false, std::memory_order_release);
+    completing_.fetch_sub(1, std::memory_order_release);
 }
 
 bool barrier_core::wait(std::uint32_t phase, std::chrono::steady_clock::time_point deadline,
@@ -125,6 +126,7 @@ bool barrier_core::on_cancellation(void* self, std::uint64_t tag) noexcept {
     for (;;) {
         if (phase_over(w, me->phase)) {
             me->refused = true;  // read by the waiter after our unpark
+            b->refused_.fetch_add(1, std::memory_order_relaxed);  // a statistic
             return false;
         }
         // Registered in p and p not over: the word still shows p.

@@ -210,6 +210,7 @@ bool event::on_cancellation(void* self, std::uint64_t tag) noexcept {
         for (;;) {
             if (released(w, me->gen)) {
                 me->refused = true;  // read by the waiter after our unpark
+                e->refused_.fetch_add(1, std::memory_order_relaxed);  // a statistic
                 return false;
             }
             if (e->word_.compare_exchange_weak(w, w - 1, std::memory_order_acquire, std::memory_order_acquire))

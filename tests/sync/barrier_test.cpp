@@ -154,6 +154,48 @@ TEST_P(BarrierStress, CancellationStormLosesNoWakeUp) {
 
 INSTANTIATE_TEST_SUITE_P(Workers, BarrierStress, ::testing::ValuesIn(spindle::test::stress_workers), workers_name);
 
+// Stops racing the completion of a phase: some land after complete()
+// counted their waiter and before its resume reached the cell, which the
+// hook then refuses (the wait returns true: the phase was over). Rounds
+// until that has happened; no round may lose a wake-up or leave one behind.
+TEST(Barrier, StopsRacingACompletionAreRefused) {
+    scheduler sched({.workers = 2});
+    constexpr int kFibers = 48, kThreads = 2, kWaiters = kFibers + kThreads;
+    spindle::barrier<> sync(kWaiters + 1);
+    int round = 0;
+    std::atomic<int> bad{0};
+    for (; round < 300 && sync.debug_refused_waits() == 0; ++round) {
+        std::vector<std::stop_source> src(kWaiters);
+        std::atomic<int> arrived{0};
+        auto party = [&](int i) {
+            auto token = sync.arrive();
+            arrived.fetch_add(1);
+            if (!sync.wait(token, src[static_cast<std::size_t>(i)].get_token())) {
+                sync.wait(std::move(token));  // the arrival stands; wait for the phase to end
+            }
+            if (!sync.try_wait(token)) bad.fetch_add(1);
+        };
+        std::vector<fiber> fs;
+        for (int i = 0; i < kFibers; ++i) fs.push_back(sched.spawn([&, i] { party(i); }));
+        std::vector<std::thread> ts;
+        for (int i = kFibers; i < kWaiters; ++i) ts.emplace_back([&, i] { party(i); });
+        while (arrived.load() < kWaiters) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::microseconds(200));  // let them queue (either way is fine)
+        std::thread stopper([&] {
+            for (int i = kWaiters - 1; i >= 0; --i) src[static_cast<std::size_t>(i)].request_stop();
+        });
+        sync.arrive_and_wait();  // the last arrival completes the phase
+        stopper.join();
+        for (auto& f : fs) f.join();
+        for (auto& t : ts) t.join();
+    }
+    std::printf("    [%d rounds, %llu waits refused]\n", round,
+                static_cast<unsigned long long>(sync.debug_refused_waits()));
+    EXPECT_EQ(bad.load(), 0);
+    EXPECT_GT(sync.debug_refused_waits(), 0u);
+    EXPECT_LE(sync.debug_queue_segments(), 3u);
+}
+
 // A timed wait that times out returns false; the arrival stands, so the
 // phase completes when the other party arrives, and the same token then
 // reports it over.

@@ -545,6 +545,45 @@ TEST(Event, ManualStopsBeforeSetLeaveNoTokenBehind) {
     EXPECT_FALSE(ev.wait_for(2ms));
 }
 
+// Stops racing a set(): some land after set() counted their waiter and
+// before its token reached the cell, which the hook then refuses (the wait
+// returns true). Rounds until that has happened; every round must leave no
+// token behind, so that a later waiter is not released without a set().
+TEST(Event, ManualStopsRacingASetAreRefused) {
+    scheduler sched({.workers = 2});
+    event ev(event_reset::manual);
+    constexpr int kFibers = 48, kThreads = 2, kWaiters = kFibers + kThreads;
+    int round = 0;
+    for (; round < 300 && ev.debug_refused_waits() == 0; ++round) {
+        std::vector<std::stop_source> src(kWaiters);
+        std::atomic<int> returned{0};
+        auto wait_one = [&](int i) {
+            (void)ev.wait(src[static_cast<std::size_t>(i)].get_token());
+            returned.fetch_add(1);
+        };
+        std::vector<fiber> fs;
+        for (int i = 0; i < kFibers; ++i) fs.push_back(sched.spawn([&, i] { wait_one(i); }));
+        std::vector<std::thread> ts;
+        for (int i = kFibers; i < kWaiters; ++i) ts.emplace_back([&, i] { wait_one(i); });
+        while (ev.debug_waiters() < kWaiters) std::this_thread::yield();
+        std::thread stopper([&] {
+            for (int i = kWaiters - 1; i >= 0; --i) src[static_cast<std::size_t>(i)].request_stop();
+        });
+        ev.set();
+        stopper.join();
+        for (auto& f : fs) f.join();
+        for (auto& t : ts) t.join();
+        EXPECT_EQ(returned.load(), kWaiters);
+        ev.reset();
+    }
+    std::printf("    [%d rounds, %llu waits refused]\n", round,
+                static_cast<unsigned long long>(ev.debug_refused_waits()));
+    EXPECT_GT(ev.debug_refused_waits(), 0u);
+    EXPECT_EQ(ev.debug_waiters(), 0);
+    EXPECT_LE(ev.debug_queue_segments(), 3u);
+    EXPECT_FALSE(ev.wait_for(2ms));  // nothing left to release a new generation's waiter
+}
+
 // A waiter destroys the event as soon as its wait returns, while the set()
 // that released it may still be inside (ASan checks).
 TEST(Event, DestroyedRightAfterTheWaitReturns) {

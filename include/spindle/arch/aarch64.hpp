@@ -76,21 +76,31 @@ SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word
     register void* s __asm__("x0") = shared;
     register std::uintptr_t w __asm__("x1");
     if constexpr (Send) w = word;
-    __asm__ volatile(
-        "adr x9, 1f\n\t"
-        "mov x10, sp\n\t"
-        "str x10, [%[s], %[fo]]\n\t"
-        "str x29, [%[s], %[fo] + 8]\n\t"
-        "str x9, [%[s], %[fo] + 16]\n\t"
-        "ldr x10, [%[s], %[to]]\n\t"
-        "mov sp, x10\n\t"
-        "ldr x29, [%[s], %[to] + 8]\n\t"
-        "ldr x9, [%[s], %[to] + 16]\n\t"
-        "br x9\n"
+#define SPINDLE_AARCH64_SWITCH_SHARED_ASM                                                          \
+        "adr x9, 1f\n\t"                                                                           \
+        "mov x10, sp\n\t"                                                                          \
+        "str x10, [%[s], %[fo]]\n\t"                                                               \
+        "str x29, [%[s], %[fo] + 8]\n\t"                                                           \
+        "str x9, [%[s], %[fo] + 16]\n\t"                                                           \
+        "ldr x10, [%[s], %[to]]\n\t"                                                               \
+        "mov sp, x10\n\t"                                                                          \
+        "ldr x29, [%[s], %[to] + 8]\n\t"                                                           \
+        "ldr x9, [%[s], %[to] + 16]\n\t"                                                           \
+        "br x9\n"                                                                                   \
         "1:\n\t"
-        : [s] "+r"(s), "+r"(w)
-        : [fo] "i"(FromOff), [to] "i"(ToOff)
-        : SPINDLE_AARCH64_SWITCH_CLOBBERS);
+    if constexpr (Send) {
+        __asm__ volatile(SPINDLE_AARCH64_SWITCH_SHARED_ASM
+                         : [s] "+r"(s), "+r"(w)
+                         : [fo] "i"(FromOff), [to] "i"(ToOff)
+                         : SPINDLE_AARCH64_SWITCH_CLOBBERS);
+    } else {
+        // Receive only: x1 is an output, never read before the switch.
+        __asm__ volatile(SPINDLE_AARCH64_SWITCH_SHARED_ASM
+                         : [s] "+r"(s), "=r"(w)
+                         : [fo] "i"(FromOff), [to] "i"(ToOff)
+                         : SPINDLE_AARCH64_SWITCH_CLOBBERS);
+    }
+#undef SPINDLE_AARCH64_SWITCH_SHARED_ASM
     shared = s;
     word = w;
 }

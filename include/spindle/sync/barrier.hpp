@@ -19,7 +19,10 @@
 // has reached the barrier point and does not hold up the others, and the
 // phase completes as if it still waited. (Undoing an arrival would need all
 // of a phase's waiters to be resumed atomically, which no queue can do.) The
-// token stays valid: a later wait on it returns once its phase is over.
+// token stays valid: a later wait on it returns once its phase is over. A
+// party whose wait was cancelled must not arrive again before its phase is
+// over (wait on the token again, or see try_wait true): as with
+// std::barrier, a party arrives once per phase.
 //
 // Algorithm. Two words and a detail::cqs (smart cancellation, asynchronous
 // resumption):
@@ -31,7 +34,8 @@
 //     arrive(n):  FAA(arrivals_, -n) = (p, r); token = p; r == n: last, complete(p)
 //     complete(p): completion(); arrivals_ := (p + 1, expected_);
 //                  XCHG(waiters_, (p + 1, 0)) = (p, w); w resumes
-//     wait(p):    (q, w) = waiters_; q after p: return (phase over);
+//     wait(p):    watch waiters_ a little (detail::spin_before_queue): p over: return;
+//                 (q, w) = waiters_; q after p: return (phase over);
 //                 q == p: CAS (p, w) -> (p, w + 1), then suspend;
 //                 q before p: the completer of q is between its two stores: yield, retry
 //
@@ -63,7 +67,8 @@
 //                          | completion and releases the phase; returns its token
 //   wait(token)            | returns once the token's phase is over (at once if it is)
 //   try_wait(token)        | whether the token's phase is over; never blocks
-//   wait_until(token, t)   | true once the phase is over, false at t (arrival stands)
+//   wait_until(token, t)   | true once the phase is over, false at t (arrival stands;
+//                          | arrive again only once the phase is over)
 //   wait_for(token, d)     | wait_until(token, now + d)
 //   wait(token, stop)      | true once the phase is over, false on stop (arrival stands)
 //   arrive_and_wait()      | wait(arrive())
@@ -71,7 +76,9 @@
 //
 // Destruction: a party whose wait returned may destroy the barrier at once,
 // while the last arriver still resumes the others: the destructor waits
-// (yields) until the completing party has left the object.
+// (yields) until every completing party has left the object (there may be
+// two: a phase's waiters can leave before its completer resumes them -- by
+// their watch, a timeout or a stop -- and complete the next phase).
 //
 // Phases are counted modulo 2^32 (a token is compared by signed distance);
 // max() is 2^31 - 1 parties.
@@ -146,6 +153,11 @@ public:
     // Returns true once `phase` is over, false if the deadline passed or
     // stop was requested on *st first (the arrival stands either way).
     bool wait(std::uint32_t phase, std::chrono::steady_clock::time_point deadline, std::stop_token* st) noexcept;
+    // Test and debug: waits cancelled after their phase was over (they
+    // returned true); a statistic.
+    [[nodiscard]] std::uint64_t debug_refused_waits() const noexcept {
+        return refused_.load(std::memory_order_relaxed);
+    }
     // Test and debug: frees the queue's retired segments, then counts those
     // still allocated.
     [[nodiscard]] std::size_t debug_queue_segments() noexcept {
@@ -184,10 +196,15 @@ private:
     alignas(arch::cache_line) std::atomic<std::uint64_t> arrivals_;  // see the header essay
     std::atomic<std::int32_t> expected_;
     alignas(arch::cache_line) std::atomic<std::uint64_t> waiters_{0};
-    // True while a completing party releases a phase (from before its
-    // exchange of waiters_ to after its last resume); the destructor waits
-    // for false.
-    std::atomic<bool> completing_{false};
+    // Completing parties still inside complete() (from before the stores
+    // that open the next phase to after their last resume); the destructor
+    // waits for 0. A count, not a flag: complete(p + 1) can overlap a slow
+    // complete(p) -- p's waiters may leave by a timeout or stop (REFUSE) or
+    // by their own watch before p's completer resumes them, and arrive again.
+    std::atomic<std::uint32_t> completing_{0};
+    // Waits cancelled after their phase was over (REFUSE: they returned
+    // true); relaxed, a statistic (debug_refused_waits).
+    std::atomic<std::uint64_t> refused_{0};
     cqs<unit> q_;
 };
 
@@ -262,8 +279,10 @@ public:
         (void)arrive();
     }
 
-    // Test and debug: segments of the waiter queue still allocated.
+    // Test and debug: segments of the waiter queue still allocated, and
+    // waits cancelled after their phase was over (they returned true).
     [[nodiscard]] std::size_t debug_queue_segments() noexcept { return core_.debug_queue_segments(); }
+    [[nodiscard]] std::uint64_t debug_refused_waits() const noexcept { return core_.debug_refused_waits(); }
 
 private:
     mutable detail::barrier_core core_;

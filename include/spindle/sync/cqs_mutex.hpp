@@ -124,8 +124,11 @@ private:
     detail::semaphore_core core_;
     const handoff policy_;
 #if SPINDLE_DEBUG_CHECKS
-    // Who holds it: a fiber's control block or a thread's marker; relaxed,
-    // written and read only by the holder (a wrong reader is what we catch).
+    // Who holds it: a fiber's control block or a thread's marker, or null.
+    // Relaxed: written by each new holder, cleared by every release; read
+    // by unlock (must be the caller) and by a lock that must wait (must not
+    // be): a caller only ever finds its own identity there while it holds
+    // the mutex.
     std::atomic<const void*> owner_{nullptr};
 #endif
 };

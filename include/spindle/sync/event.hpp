@@ -238,6 +238,11 @@ public:
     // the current generation and not yet released; automatic: counted as
     // waiting). A snapshot.
     [[nodiscard]] std::int64_t debug_waiters() const noexcept;
+    // Test and debug: manual waits cancelled after a set() counted them
+    // (REFUSE: they returned true); a statistic.
+    [[nodiscard]] std::uint64_t debug_refused_waits() const noexcept {
+        return refused_.load(std::memory_order_relaxed);
+    }
     // Test and debug: frees the waiter queue's retired segments, then counts
     // those still allocated.
     [[nodiscard]] std::size_t debug_queue_segments() noexcept {
@@ -300,6 +305,9 @@ private:
     // before set()'s step on the word (so whoever the set() releases sees
     // it), decremented as set()'s last access to the object (release).
     std::atomic<std::uint32_t> busy_{0};
+    // Manual waits refused on cancellation (debug_refused_waits); relaxed,
+    // a count that orders nothing.
+    std::atomic<std::uint64_t> refused_{0};
     const bool manual_;
     const handoff policy_;
     // Wake-up tokens: manual, the generation they were issued for (as the

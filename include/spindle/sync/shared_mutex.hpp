@@ -327,9 +327,11 @@ private:
     detail::spinlock qlock_;
     detail::wait_list queue_ SPINDLE_GUARDED_BY(qlock_);
 #if SPINDLE_DEBUG_CHECKS
-    // The exclusive holder: a fiber's control block or a thread's marker;
-    // relaxed, written and read only by the holder (a wrong reader is what
-    // we catch). Readers are counted, not recorded.
+    // The exclusive holder: a fiber's control block or a thread's marker,
+    // or null. Relaxed: written by each new exclusive holder, cleared by its
+    // unlock; read by unlock (must be the caller) and by a lock that must
+    // wait (must not be): a caller only ever finds its own identity there
+    // while it holds the mutex exclusively. Readers are counted, not recorded.
     std::atomic<const void*> owner_{nullptr};
 #endif
 };

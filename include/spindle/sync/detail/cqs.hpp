@@ -111,6 +111,11 @@
 // lock_ (see above). Not for a primitive whose waiters need no
 // FIFO and no cancellation: a plain futex word is cheaper.
 //
+// Allocation: segments are allocated by the operations (the first one by
+// the queue's first suspend or resume, so that building a queue allocates
+// nothing and can be constexpr), which are noexcept: running out of memory
+// there ends the program (std::terminate), not in a std::bad_alloc.
+//
 // Undefined: destroying the queue while an operation runs or a waiter is
 // parked; a resume(v) without a suspend that will eventually come; smart mode
 // without on_cancellation and complete_refused_resume hooks; smart+sync mode
