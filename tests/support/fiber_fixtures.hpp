@@ -1,8 +1,9 @@
 // What the tests that run fibers share (tests/sync, tests/runtime): the
 // names they use, the size of a stress test, running one body on fibers and
 // threads at once, stop sources for cancellation storms, a waiter that tries
-// a few times before it blocks, timed waits on plain threads, and the death
-// tests' destruction of a primitive somebody waits on.
+// a few times before it blocks, waiting for a word to settle, timed waits on
+// plain threads, and the death tests' destruction of a primitive somebody
+// waits on.
 //
 // A test file says `using namespace spindle::test;` inside its anonymous
 // namespace; that brings in fiber, handoff, scheduler, this_fiber and the
@@ -95,6 +96,22 @@ void try_then_block(Try try_once, Block block) {
         }
         this_fiber::yield();
     }
+}
+
+// Waits (yielding, on a plain thread) until `pred()` holds, or 30 s pass;
+// returns pred(). For a word that is exact only once the operations in
+// flight are over: a plain-thread waiter preempted between counting itself
+// and reaching its cell lets a synchronous resume break that cell, and the
+// word is off by one until the waiter counts itself again. A test checks
+// the settled value: EXPECT_TRUE(settles([&] { return w.debug_count() == -6; })).
+template <class Pred>
+bool settles(Pred pred) {
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (!pred()) {
+        if (std::chrono::steady_clock::now() > give_up) return false;
+        std::this_thread::yield();
+    }
+    return true;
 }
 
 // Runs `attempt` on `n` plain threads at once (a timed wait that should run
