@@ -24,6 +24,7 @@
 #include <spindle/sync/channel.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/thread_state.hpp"
 
 namespace {
 
@@ -298,6 +299,38 @@ TEST_P(ChannelCapacity, WaitingReceiversAreServedInArrivalOrder) {
     });
     outer.join();
     EXPECT_EQ(got_by, arrived);
+    EXPECT_EQ(ch.debug_permits(), 0);
+}
+
+// Plain threads: each receiver starts once the one before is parked in its
+// cell (the kernel says it sleeps), so the arrival order is known without
+// timing; the k-th element goes to the k-th of them. (One send at a time:
+// receivers are served -- given a permit -- in arrival order, and take the
+// oldest element when they run, so two woken together may swap elements.)
+TEST_P(ChannelCapacity, WaitingReceiverThreadsAreServedInArrivalOrder) {
+    channel<int> ch(GetParam());
+    constexpr int kReceivers = 8;
+    std::vector<std::atomic<int>> got(kReceivers);
+    std::atomic<int> received{0};
+    std::vector<std::thread> ts;
+    for (int t = 0; t < kReceivers; ++t) {
+        got[static_cast<std::size_t>(t)].store(-1);
+        std::atomic<pid_t> tid{0};
+        ts.emplace_back([&, t] {
+            tid.store(this_tid());
+            auto r = ch.receive();
+            got[static_cast<std::size_t>(t)].store(r ? *r : -2);
+            received.fetch_add(1);
+        });
+        EXPECT_TRUE(parks(tid)) << "receiver " << t << " never parked";
+    }
+    EXPECT_EQ(ch.debug_permits(), -kReceivers);
+    for (int k = 0; k < kReceivers; ++k) {
+        EXPECT_EQ(ch.send(k + 100), channel_status::ok);
+        while (received.load() < k + 1) std::this_thread::yield();
+    }
+    for (auto& t : ts) t.join();
+    for (int t = 0; t < kReceivers; ++t) EXPECT_EQ(got[static_cast<std::size_t>(t)].load(), t + 100) << "receiver " << t;
     EXPECT_EQ(ch.debug_permits(), 0);
 }
 

@@ -14,6 +14,7 @@
 #include <atomic>
 #include <chrono>
 #include <map>
+#include <numeric>
 #include <mutex>
 #include <random>
 #include <set>
@@ -27,6 +28,7 @@
 #include <spindle/sync/mutex.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/thread_state.hpp"
 
 namespace {
 
@@ -214,6 +216,35 @@ TEST_P(MutexPolicy, HandoffIsFifo) {
         });
         outer.join();
         EXPECT_EQ(acquired, arrived);
+    });
+}
+
+// Plain threads: each starts once the one before is parked in its cell (the
+// kernel says it sleeps), so the arrival order is known without timing;
+// the unlocks hand the mutex down the queue in that order.
+TEST_P(MutexPolicy, ThreadsAreServedInArrivalOrder) {
+    const auto [kind, policy] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        M m(policy);
+        constexpr int kThreads = 8;
+        std::vector<int> acquired;  // guarded by m
+        std::vector<std::thread> ts;
+        m.lock();
+        for (int t = 0; t < kThreads; ++t) {
+            std::atomic<pid_t> tid{0};
+            ts.emplace_back([&, t] {
+                tid.store(this_tid());
+                m.lock();
+                acquired.push_back(t);
+                m.unlock();
+            });
+            EXPECT_TRUE(parks(tid)) << "thread " << t << " never parked";
+        }
+        m.unlock();
+        for (auto& t : ts) t.join();
+        std::vector<int> expected(kThreads);
+        std::iota(expected.begin(), expected.end(), 0);
+        EXPECT_EQ(acquired, expected);
     });
 }
 

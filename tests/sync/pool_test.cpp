@@ -23,6 +23,7 @@
 #include <spindle/sync/pool.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/thread_state.hpp"
 
 namespace {
 
@@ -249,10 +250,32 @@ TYPED_TEST(PoolTyped, FifoHandOverToFibers) {
     }
 }
 
+// Plain threads: each starts once the one before is parked in its cell (the
+// kernel says it sleeps), so the arrival order is known without timing; the
+// k-th put goes to the k-th of them.
+TYPED_TEST(PoolTyped, FifoHandOverToThreads) {
+    TypeParam p(16);
+    constexpr std::uint32_t kThreads = 8;
+    std::vector<std::atomic<std::uint32_t>> got(kThreads);
+    std::vector<std::thread> ts;
+    for (std::uint32_t t = 0; t < kThreads; ++t) {
+        got[t].store(999);
+        std::atomic<pid_t> tid{0};
+        ts.emplace_back([&, t] {
+            tid.store(this_tid());
+            got[t].store(p.take());
+        });
+        EXPECT_TRUE(parks(tid)) << "thread " << t << " never parked";
+    }
+    EXPECT_EQ(p.debug_count(), -static_cast<std::int64_t>(kThreads));
+    for (std::uint32_t k = 0; k < kThreads; ++k) p.put(k + 100);
+    for (auto& t : ts) t.join();
+    for (std::uint32_t t = 0; t < kThreads; ++t) EXPECT_EQ(got[t].load(), t + 100) << "thread " << t;
+    EXPECT_EQ(p.debug_count(), 0);
+}
+
 // Threads and fibers waiting together: each put wakes exactly one of them
-// and hands it its element; each element is taken once. (Arrival order
-// among threads cannot be observed without timing, so FIFO is checked with
-// fibers above.)
+// and hands it its element; each element is taken once.
 TYPED_TEST(PoolTyped, EachPutWakesOneWaiterWithItsElement) {
     scheduler sched({.workers = 2});
     TypeParam p(16);

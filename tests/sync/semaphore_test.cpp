@@ -16,6 +16,7 @@
 #include <spindle/sync/counting_semaphore.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/thread_state.hpp"
 
 namespace {
 
@@ -181,6 +182,8 @@ TEST(Semaphore, FifoHandOverToFibers) {
     EXPECT_EQ(sem.debug_count(), 0);
 }
 
+// Threads: each starts once the one before is parked in its cell (the
+// kernel says it sleeps), so arrival order is known without timing.
 TEST(Semaphore, FifoHandOverToThreads) {
     spindle::counting_semaphore<> sem(0);
     std::vector<int> order;
@@ -188,14 +191,16 @@ TEST(Semaphore, FifoHandOverToThreads) {
     std::vector<std::thread> ts;
     constexpr int kThreads = 8;
     for (int t = 0; t < kThreads; ++t) {
+        std::atomic<pid_t> tid{0};
         ts.emplace_back([&, t] {
+            tid.store(this_tid());
             sem.acquire();
             // Each is released one at a time below: no lock needed.
             order.push_back(t);
             gate.fetch_add(1);
         });
-        while (sem.debug_count() != -(t + 1)) std::this_thread::yield();
-        std::this_thread::sleep_for(2ms);  // it took its cell
+        EXPECT_TRUE(parks(tid)) << "thread " << t << " never parked";
+        EXPECT_EQ(sem.debug_count(), -(t + 1));
     }
     for (int k = 1; k <= kThreads; ++k) {
         sem.release();
