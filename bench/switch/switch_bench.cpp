@@ -9,9 +9,23 @@
 //   cxx20_stackless  C++20 coroutines written in stackless.hpp
 //   callback         plain recursion + callback (hanoi), the floor
 //   empty_loop       the loop of the yield workload without the yield
+//
+// One CPU. Every workload here runs on one thread at a time: spindle's on
+// its scheduler's one worker, the competitors on the main thread. Left to
+// itself, the kernel starts the worker on the CPU the main thread is not
+// on (one migration in a whole run, perf stat showed), so spindle and its
+// competitors were measured on different CPUs -- whose speeds on a shared
+// VM need not match at the same moment. On 2 CPUs, unpinned, write_fully's
+// spindle time was bimodal per repetition (31-32 or 41-50 ns; Boost.Context
+// on the main thread mostly 35-37) and the ratio to Boost.Context ranged
+// 0.82-1.53 over 10 runs; pinned, 6 runs gave 1.04-1.14. So main() pins the
+// process -- and the threads it starts -- to the CPU it is running on.
+#include <sched.h>
+
 #include <boost/context/fiber.hpp>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -511,8 +525,24 @@ void bench_memory(harness& h) {
 
 }  // namespace
 
+// See "One CPU" above. A failure only loses the pinning: say so, go on.
+void pin_to_this_cpu() {
+    const int cpu = ::sched_getcpu();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (cpu >= 0) CPU_SET(cpu, &set);
+    if (cpu < 0 || ::sched_setaffinity(0, sizeof set, &set) != 0) {
+        std::fprintf(stderr, "switch: could not pin to one CPU (%s); spindle and its competitors may run on "
+                             "different CPUs\n",
+                     std::strerror(errno));
+        return;
+    }
+    std::fprintf(stderr, "switch: every workload runs on CPU %d (spindle's worker and the competitors alike)\n", cpu);
+}
+
 int main(int argc, char** argv) {
     harness h(argc, argv, "switch");
+    pin_to_this_cpu();
     if (h.wants("yield")) bench_yield(h);
     if (h.wants("sum")) bench_sum(h);
     if (h.wants("hanoi")) bench_hanoi(h);
