@@ -143,6 +143,30 @@ protected:
 // one EXPECT at the end reports them.
 #define COUNT_MISMATCH(bad, value, expected) (bad) += ((value) != (expected)) ? 1u : 0u
 
+// The generator tests' live set: eight integers and four doubles made from
+// the seeds `s` and `d`, declared and checked by macros so that they stay in
+// the test's own frame (a helper function would take them out of the
+// registers under test).
+#define DECLARE_GENERATOR_LIVE_SET(s, d)                                                             \
+    std::uint64_t a0 = (s) * 3, a1 = (s) ^ 0x55, a2 = (s) + 7, a3 = (s) * 11, a4 = (s) >> 3,          \
+                  a5 = (s) << 5, a6 = ~(s), a7 = (s) * (s);                                           \
+    double x0 = (d) * 2, x1 = (d) + 1, x2 = (d) * (d), x3 = (d) / 3
+#define COUNT_GENERATOR_LIVE_SET(bad, t, e) \
+    do {                                    \
+        COUNT_MISMATCH(bad, a0, (t) * 3);   \
+        COUNT_MISMATCH(bad, a1, (t) ^ 0x55); \
+        COUNT_MISMATCH(bad, a2, (t) + 7);   \
+        COUNT_MISMATCH(bad, a3, (t) * 11);  \
+        COUNT_MISMATCH(bad, a4, (t) >> 3);  \
+        COUNT_MISMATCH(bad, a5, (t) << 5);  \
+        COUNT_MISMATCH(bad, a6, ~(t));      \
+        COUNT_MISMATCH(bad, a7, (t) * (t)); \
+        COUNT_MISMATCH(bad, x0, (e) * 2);   \
+        COUNT_MISMATCH(bad, x1, (e) + 1);   \
+        COUNT_MISMATCH(bad, x2, (e) * (e)); \
+        COUNT_MISMATCH(bad, x3, (e) / 3);   \
+    } while (0)
+
 TEST_F(SwitchClobber, IntegersLiveAcrossSwitchSurvive) {
     // 14 scalars, more than the 6 callee-saved GPRs, plus an array: some live
     // in caller-saved registers or on the stack at every optimization level.
@@ -261,27 +285,14 @@ TEST_F(SwitchClobber, ConsumerValuesSurviveAGeneratorResume) {
         }
     });
     std::uint64_t s = g_seed;
-    std::uint64_t a0 = s * 3, a1 = s ^ 0x55, a2 = s + 7, a3 = s * 11, a4 = s >> 3, a5 = s << 5,
-                  a6 = ~s, a7 = s * s;
     double d = g_dseed;
-    double x0 = d * 2, x1 = d + 1, x2 = d * d, x3 = d / 3;
+    DECLARE_GENERATOR_LIVE_SET(s, d);
     unsigned bad = 0;
     for (int round = 0; round < 3; ++round) {
         if (!g.next()) ++bad;
         const std::uint64_t t = g_seed;
         const double e = g_dseed;
-        COUNT_MISMATCH(bad, a0, t * 3);
-        COUNT_MISMATCH(bad, a1, t ^ 0x55);
-        COUNT_MISMATCH(bad, a2, t + 7);
-        COUNT_MISMATCH(bad, a3, t * 11);
-        COUNT_MISMATCH(bad, a4, t >> 3);
-        COUNT_MISMATCH(bad, a5, t << 5);
-        COUNT_MISMATCH(bad, a6, ~t);
-        COUNT_MISMATCH(bad, a7, t * t);
-        COUNT_MISMATCH(bad, x0, e * 2);
-        COUNT_MISMATCH(bad, x1, e + 1);
-        COUNT_MISMATCH(bad, x2, e * e);
-        COUNT_MISMATCH(bad, x3, e / 3);
+        COUNT_GENERATOR_LIVE_SET(bad, t, e);
         COUNT_MISMATCH(bad, g.value(), round);
     }
     EXPECT_EQ(bad, 0u);
@@ -291,27 +302,14 @@ TEST_F(SwitchClobber, BodyValuesSurviveAYield) {
     unsigned bad = 0;
     spindle::generator<int> g([&bad](auto& y) {
         std::uint64_t s = g_seed;
-        std::uint64_t a0 = s * 3, a1 = s ^ 0x55, a2 = s + 7, a3 = s * 11, a4 = s >> 3, a5 = s << 5,
-                      a6 = ~s, a7 = s * s;
         double d = g_dseed;
-        double x0 = d * 2, x1 = d + 1, x2 = d * d, x3 = d / 3;
+        DECLARE_GENERATOR_LIVE_SET(s, d);
         unsigned mine = 0;
         for (int round = 0; round < 3; ++round) {
             y(round);
             const std::uint64_t t = g_seed;
             const double e = g_dseed;
-            COUNT_MISMATCH(mine, a0, t * 3);
-            COUNT_MISMATCH(mine, a1, t ^ 0x55);
-            COUNT_MISMATCH(mine, a2, t + 7);
-            COUNT_MISMATCH(mine, a3, t * 11);
-            COUNT_MISMATCH(mine, a4, t >> 3);
-            COUNT_MISMATCH(mine, a5, t << 5);
-            COUNT_MISMATCH(mine, a6, ~t);
-            COUNT_MISMATCH(mine, a7, t * t);
-            COUNT_MISMATCH(mine, x0, e * 2);
-            COUNT_MISMATCH(mine, x1, e + 1);
-            COUNT_MISMATCH(mine, x2, e * e);
-            COUNT_MISMATCH(mine, x3, e / 3);
+            COUNT_GENERATOR_LIVE_SET(mine, t, e);
         }
         bad = mine;
     });

@@ -27,6 +27,7 @@
 #include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/mutex.hpp>
 
+#include "../support/cv_storm.hpp"
 #include "../support/fiber_fixtures.hpp"
 
 namespace {
@@ -123,80 +124,18 @@ TEST_P(CondVarAnyStress, BoundedQueueLosesNothing) {
     });
 }
 
-// Waits of every kind, cancelled by timeouts and stop requests while a
-// producer hands out tickets: a ticket is taken at most once, every wait
-// returns holding the lock, nobody hangs, every ticket is taken.
+// The cancellation storm of tests/support/cv_storm.hpp, over each lock:
+// every kind of wait, fibers and threads mixed, timeouts and stop requests;
+// no ticket taken twice, no notification lost, every wait returns holding
+// the lock.
 TEST_P(CondVarAnyStress, CancellationStormLosesNoWakeUp) {
     const auto [kind, workers] = GetParam();
     with_mutex(kind, [&]<class M>() {
         scheduler sched(stress_options(workers));
         M m;
         condition_variable_any cv;
-        long long tickets = 0;  // guarded by m
-        bool closing = false;   // guarded by m
-        std::atomic<long long> taken{0}, cancelled{0};
-        std::atomic<int> not_holding{0};
-        stop_slots sources;
-        std::atomic<bool> stopping{false};
-        constexpr int kTakes = 6, kFibers = 48, kThreads = 3;
-        constexpr long long kTickets = static_cast<long long>(kFibers + kThreads) * kTakes;
-        auto consume = [&](int i) {
-            std::minstd_rand rng(static_cast<unsigned>(i) * 7919u + 9u);
-            int mine = 0;
-            while (mine < kTakes) {
-                std::unique_lock lk(m);
-                auto ready = [&] { return tickets > 0 || closing; };
-                bool ok;
-                switch (rng() % 4) {
-                case 0:
-                    cv.wait(lk, ready);
-                    ok = true;
-                    break;
-                case 1: ok = cv.wait_for(lk, std::chrono::microseconds(rng() % 300), ready); break;
-                case 2:
-                    ok = cv.wait_until(lk, std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 300),
-                                       ready);
-                    break;
-                default: ok = cv.wait(lk, sources.token(static_cast<std::size_t>(i)), ready); break;
-                }
-                if (!lk.owns_lock()) not_holding.fetch_add(1);
-                if (!ok) {
-                    cancelled.fetch_add(1, std::memory_order_relaxed);
-                    continue;
-                }
-                if (tickets == 0) return;  // closing and nothing left
-                --tickets;
-                ++mine;
-                taken.fetch_add(1, std::memory_order_relaxed);
-            }
-        };
-        std::thread stopper([&] {
-            while (!stopping.load()) sources.stop_one_round(15us);
-        });
-        std::thread producer([&] {
-            std::minstd_rand rng(13);
-            for (long long n = 0; n < kTickets;) {
-                std::unique_lock lk(m);
-                const long long k = std::min<long long>(1 + static_cast<long long>(rng() % 4), kTickets - n);
-                tickets += k;
-                n += k;
-                if (rng() % 2 == 0) lk.unlock();
-                if (k == 1) cv.notify_one();
-                else cv.notify_all();
-                if (rng() % 8 == 0) std::this_thread::sleep_for(50us);
-            }
-            std::lock_guard g(m);
-            closing = true;
-            cv.notify_all();
-        });
-        run_crowd(sched, {.fibers = kFibers, .threads = kThreads, .first_thread = kFibers}, consume);
-        producer.join();
-        stopping.store(true);
-        stopper.join();
-        EXPECT_EQ(not_holding.load(), 0);
-        EXPECT_EQ(taken.load(), kTickets);
-        std::lock_guard g(m);
-        EXPECT_EQ(tickets, 0);
+        (void)run_cv_cancellation_storm(sched, m, cv,
+                                        {.fibers = 48, .threads = 3, .takes = 6, .consumer_seed = 9, .producer_seed = 13});
     });
 }
 

@@ -25,6 +25,7 @@
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/mutex.hpp>
 
+#include "../support/cv_storm.hpp"
 #include "../support/fiber_fixtures.hpp"
 
 namespace {
@@ -106,89 +107,18 @@ TEST_P(CondVarStress, BoundedQueueLosesNothing) {
     EXPECT_TRUE(q.empty());
 }
 
-// Consumers wait for tickets with every kind of wait -- plain, timed, with
-// a stop token (a stopper thread keeps requesting stops), fibers and
-// threads mixed -- while a producer hands tickets out with notify_one and
-// notify_all, under the lock and after it. A cancelled wait returns holding
-// the lock and takes nothing; a ticket is taken at most once; nobody hangs
-// (no notification lost); and at the end every ticket was taken.
+// The cancellation storm of tests/support/cv_storm.hpp: every kind of wait,
+// fibers and threads mixed, timeouts and stop requests; no ticket taken
+// twice, no notification lost, every wait returns holding the lock.
 TEST_P(CondVarStress, CancellationStormLosesNoWakeUp) {
     const auto [workers, policy] = GetParam();
     scheduler sched(stress_options(workers));
     spindle::mutex m(policy);
     condition_variable cv;
-    long long tickets = 0;  // guarded by m
-    bool closing = false;   // guarded by m: the producer is done, take what is left
-    std::atomic<long long> taken{0}, cancelled{0};
-    std::atomic<int> not_holding{0};
-    stop_slots sources;
-    std::atomic<bool> stopping{false};
-    constexpr int kTakes = 8;
-    auto consume = [&](int i) {
-        std::minstd_rand rng(static_cast<unsigned>(i) * 7919u + 7u);
-        int mine = 0;
-        while (mine < kTakes) {
-            std::unique_lock lk(m);
-            auto ready = [&] { return tickets > 0 || closing; };
-            bool ok;
-            switch (rng() % 4) {
-            case 0:
-                cv.wait(lk, ready);
-                ok = true;
-                break;
-            case 1: ok = cv.wait_for(lk, std::chrono::microseconds(rng() % 300), ready); break;
-            case 2:
-                ok = cv.wait_until(lk, std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 300),
-                                   ready);
-                break;
-            default: ok = cv.wait(lk, sources.token(static_cast<std::size_t>(i)), ready); break;
-            }
-            if (!lk.owns_lock()) not_holding.fetch_add(1);
-            if (!ok) {
-                cancelled.fetch_add(1, std::memory_order_relaxed);
-                continue;
-            }
-            if (tickets == 0) return;  // closing and nothing left
-            --tickets;
-            ++mine;
-            taken.fetch_add(1, std::memory_order_relaxed);
-        }
-    };
-    constexpr int kFibers = 64, kThreads = 3;
-    constexpr long long kTickets = static_cast<long long>(kFibers + kThreads) * kTakes;
-    std::thread stopper([&] {
-        while (!stopping.load()) sources.stop_one_round(std::chrono::microseconds(15));
-    });
-    std::thread producer([&] {
-        std::minstd_rand rng(11);
-        for (long long n = 0; n < kTickets;) {
-            const long long batch = 1 + static_cast<long long>(rng() % 4);
-            std::unique_lock lk(m);
-            const long long k = std::min(batch, kTickets - n);
-            tickets += k;
-            n += k;
-            if (rng() % 2 == 0) {
-                if (k == 1) cv.notify_one(); else cv.notify_all();
-            } else {
-                lk.unlock();
-                if (k == 1) cv.notify_one(); else cv.notify_all();
-            }
-            if (rng() % 8 == 0) std::this_thread::sleep_for(std::chrono::microseconds(50));
-        }
-        std::lock_guard g(m);
-        closing = true;
-        cv.notify_all();
-    });
-    run_crowd(sched, {.fibers = kFibers, .threads = kThreads, .first_thread = kFibers}, consume);
-    producer.join();
-    stopping.store(true);
-    stopper.join();
-    std::printf("    [%u workers, %s: %lld taken, %lld waits cancelled]\n", workers, to_string(policy), taken.load(),
-                cancelled.load());
-    EXPECT_EQ(not_holding.load(), 0);
-    EXPECT_EQ(taken.load(), kTickets);  // every ticket taken once, each consumer its kTakes
-    std::lock_guard g(m);
-    EXPECT_EQ(tickets, 0);
+    const auto c = run_cv_cancellation_storm(
+        sched, m, cv, {.fibers = 64, .threads = 3, .takes = 8, .consumer_seed = 7, .producer_seed = 11});
+    std::printf("    [%u workers, %s: %lld taken, %lld waits cancelled]\n", workers, to_string(policy), c.taken,
+                c.cancelled);
 }
 
 INSTANTIATE_TEST_SUITE_P(WorkersAndPolicies, CondVarStress,
