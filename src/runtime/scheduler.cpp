@@ -21,7 +21,10 @@
 
 namespace spindle::detail {
 
-__thread worker* tl_worker __attribute__((tls_model("initial-exec"))) = nullptr;
+// current_worker()'s variable (worker.hpp): reached only through
+// SPINDLE_FRESH_TLS_ADDRESS, never by this name.
+__thread worker* tl_worker_storage SPINDLE_TLS_NAME("spindle_tl_worker")
+    __attribute__((tls_model("initial-exec"), used)) = nullptr;
 
 void run_worker_thread(worker* w);
 void destroy_fiber_locals(fiber_ctx* c) noexcept;  // src/runtime/fiber_local.cpp
@@ -333,7 +336,7 @@ void finish_park(void* arg) noexcept {
 }
 
 void push_handed_off(void* arg) noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     push_local(w, static_cast<fiber_ctx*>(arg));
 }
 
@@ -344,7 +347,7 @@ SPINDLE_SWITCH_FN void suspend_current(worker* w, post_action p) noexcept {
     fiber_ctx* n = take_over(w, self);
     w->post = p;
     arch::switch_to(&self->ctx, n != nullptr ? &n->ctx : &w->loop_ctx);
-    run_post(tl_worker);
+    run_post(current_worker());
 }
 
 }  // namespace
@@ -358,7 +361,7 @@ void run_post_slow(worker* w) noexcept {
 void run_worker_thread(worker* w) {
     install_overflow_handler();
     defer_stack_pool_trim();
-    tl_worker = w;
+    set_current_worker(w);
     w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
     for (;;) {
         run_post(w);
@@ -384,7 +387,7 @@ void run_worker_thread(worker* w) {
         if (trim_stack_pool(stack_pool_trim_batch) != 0) continue;
         park_worker(w);
     }
-    tl_worker = nullptr;
+    set_current_worker(nullptr);
 }
 
 namespace {
@@ -392,7 +395,7 @@ namespace {
 // The last act of every fiber: publish completion, leave the ring, and let
 // whoever runs next on this worker free the stack we are standing on.
 [[noreturn]] void finish_fiber(fiber_ctx* c) noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     scheduler_state* s = w->sched;
     // acq_rel: release publishes `error`; acquire sees the joiner's waiter.
     void* j = c->join_state.exchange(join_done, std::memory_order_acq_rel);
@@ -413,7 +416,7 @@ namespace {
 void fiber_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     auto* c = reinterpret_cast<fiber_ctx*>(self);
     arch::context_started(&c->ctx);
-    run_post(tl_worker);
+    run_post(current_worker());
     try {
         c->invoke(c->callable);
     } catch (...) {
@@ -450,11 +453,11 @@ void yield_slow(worker* w) noexcept {
     }
     w->current = n;
     arch::switch_to(&self->ctx, &n->ctx);
-    run_post(tl_worker);
+    run_post(current_worker());
 }
 
 void make_ready(fiber_ctx* f) noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     if (w != nullptr && f->home != nullptr && w->sched == f->home->sched && (!f->pinned || f->home == w))
         push_local(w, f);
     else
@@ -489,7 +492,7 @@ bool fiber_park_spin(worker* w, waiter* wt) noexcept {
 
 bool spin_before_queue(bool (*done)(const void* arg) noexcept, const void* arg,
                        std::chrono::steady_clock::time_point deadline) noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     const bool timed = deadline != std::chrono::steady_clock::time_point::max();
     if (w != nullptr && w->current != nullptr) {
         // A fiber: only while its worker has nothing else to run, and not
@@ -517,7 +520,7 @@ bool spin_before_queue(bool (*done)(const void* arg) noexcept, const void* arg,
 
 void park(waiter* wt) noexcept {
     if (wt->fiber != nullptr) {
-        worker* w = tl_worker;
+        worker* w = current_worker();
         // Still empty: an unpark that comes now only stores notified, and
         // nobody switches into us (can_switch_into wants parked).
         if (fiber_park_spin(w, wt)) return;
@@ -588,7 +591,7 @@ void unpark_home(waiter* wt) noexcept {
     // Parked, so f->home is the worker it parked on (a fiber that parked has
     // run, so it has one). Not read before the exchange: a waiter that has
     // not parked yet may be running, and settle() writes its home.
-    worker* w = tl_worker;
+    worker* w = current_worker();
     if (w == f->home) push_local(w, f); else inject_push(f->home, f);
 }
 }  // namespace
@@ -635,7 +638,7 @@ void unpark_no_switch(waiter* wt, unsigned policy) noexcept {
 }  // namespace
 
 void unpark_and_park(waiter* wt, unsigned policy, waiter* self_wt) noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     if (self_wt->fiber == nullptr || !can_switch_into(w, wt, policy) ||
         w->current->resumer != nullptr) {
         // (A fiber with a resumer must give the worker back to it.)
@@ -648,11 +651,11 @@ void unpark_and_park(waiter* wt, unsigned policy, waiter* self_wt) noexcept {
     fiber_ctx* self = give_way_to(w, wt);
     w->post = post_action{&finish_park, self_wt};
     arch::switch_to(&self->ctx, &f->ctx);
-    run_post(tl_worker);
+    run_post(current_worker());
 }
 
 void unpark_with(waiter* wt, unsigned policy) noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     if (!can_switch_into(w, wt, policy)) {
         unpark_no_switch(wt, policy);
         return;
@@ -675,13 +678,13 @@ void unpark_with(waiter* wt, unsigned policy) noexcept {
         w->yield_check = 1;  // f's yield must go back to us
     }
     arch::switch_to(&self->ctx, &f->ctx);
-    run_post(tl_worker);
+    run_post(current_worker());
 }
 
 void yield_thread() noexcept { std::this_thread::yield(); }
 
 scheduler_state* current_scheduler_state() noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     return w ? w->sched : nullptr;
 }
 
@@ -709,7 +712,7 @@ unsigned worker_count(scheduler_state* s) noexcept { return static_cast<unsigned
 void submit_new_fiber(scheduler_state* s, fiber_ctx* c, int on_worker) noexcept {
     // Before the fiber is published, so its own decrement cannot come first.
     s->live.fetch_add(1, std::memory_order_seq_cst);
-    worker* w = tl_worker;
+    worker* w = current_worker();
     if (on_worker < 0 && w != nullptr && w->sched == s && w->current != nullptr) {
         c->home = w;
         push_local(w, c);

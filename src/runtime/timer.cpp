@@ -145,7 +145,7 @@ std::stop_token get_stop_token() noexcept {
 }
 
 int worker_index() noexcept {
-    detail::worker* w = detail::tl_worker;
+    detail::worker* w = detail::current_worker();
     return w != nullptr && w->current != nullptr ? static_cast<int>(w->index) : -1;
 }
 

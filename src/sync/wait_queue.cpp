@@ -26,13 +26,15 @@ void spinlock::lock_contended() noexcept {
     } while (locked_.exchange(true, std::memory_order_acquire));
 }
 
-namespace {
-thread_local char tl_thread_marker;
-}
+// A plain thread's identity: the address of its instance of this byte,
+// reached as every thread-local of the runtime is (arch/tls.hpp).
+__thread char tl_thread_marker SPINDLE_TLS_NAME("spindle_tl_thread_marker")
+    __attribute__((tls_model("initial-exec"), used));
 
 const void* caller_identity() noexcept {
     fiber_ctx* f = running_fiber();
-    return f != nullptr ? static_cast<const void*>(f) : static_cast<const void*>(&tl_thread_marker);
+    return f != nullptr ? static_cast<const void*>(f)
+                        : static_cast<const void*>(SPINDLE_FRESH_TLS_ADDRESS(char, "spindle_tl_thread_marker"));
 }
 
 void request_cancel(wait_node* n) noexcept {

@@ -33,6 +33,7 @@
 #include <cxxabi.h>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/arch/tls.hpp>
 
 #if defined(__x86_64__)
 #include <spindle/arch/x86_64_sysv.hpp>
@@ -87,39 +88,38 @@ static_assert(offsetof(context, regs) == 0, "the switch reads the registers at o
 
 namespace detail {
 // The thread-locals below are read around switches, and a switch may resume
-// the code on another thread (a TCLock combiner runs a waiter's context).
-// Initial-exec keeps each access %fs-relative also in position-independent
-// code (spindle_locks, where the TCLocks live, is PIC): a global-dynamic
-// access would let the compiler reuse a __tls_get_addr result from before
-// the switch, i.e. the previous thread's variable.
+// the code on another thread (a fiber migrates; a TCLock combiner runs a
+// waiter's context). Both are defined in src/arch/context.cpp and reached
+// only through SPINDLE_FRESH_TLS_ADDRESS (arch/tls.hpp), which reads the
+// thread pointer at each use: an address the compiler computed before a
+// switch would be the previous thread's variable.
 
-// This thread's __cxa_eh_globals, looked up once per thread. Until then
-// tl_eh_globals points at eh_lookup_pending, a state that reads "an exception
-// is in flight": the fast test of a switch (eh_globals_peek) then fails, and
-// its slow path looks the real one up (eh_globals). So the fast path, run on
-// every switch, needs no null test.
+// This thread's __cxa_eh_globals, looked up once per thread
+// (spindle_tl_eh_globals). Until then it points at eh_lookup_pending, a
+// state that reads "an exception is in flight": the fast test of a switch
+// (eh_globals_peek) then fails, and its slow path looks the real one up
+// (eh_globals). So the fast path, run on every switch, needs no null test.
 inline constexpr eh_state eh_lookup_pending{nullptr, 1};
-inline thread_local const eh_state* tl_eh_globals SPINDLE_INITIAL_EXEC_TLS = &eh_lookup_pending;
+SPINDLE_ALWAYS_INLINE const eh_state** eh_globals_slot() noexcept {
+    return SPINDLE_FRESH_TLS_ADDRESS(const eh_state*, "spindle_tl_eh_globals");
+}
 // For the fast test only: this thread's state, or eh_lookup_pending.
-SPINDLE_ALWAYS_INLINE const eh_state* eh_globals_peek() noexcept { return tl_eh_globals; }
+SPINDLE_ALWAYS_INLINE const eh_state* eh_globals_peek() noexcept { return *eh_globals_slot(); }
 // This thread's state, to read and write.
 SPINDLE_ALWAYS_INLINE eh_state* eh_globals() noexcept {
-    const eh_state* g = tl_eh_globals;
+    const eh_state** slot = eh_globals_slot();
+    const eh_state* g = *slot;
     if (g == &eh_lookup_pending) [[unlikely]]
-        g = tl_eh_globals = reinterpret_cast<const eh_state*>(abi::__cxa_get_globals());
+        g = *slot = reinterpret_cast<const eh_state*>(abi::__cxa_get_globals());
     return const_cast<eh_state*>(g);
 }
 #if SPINDLE_ASAN
-// The context a switch on this thread started from; read right after the
-// switch lands to record that context's stack bounds. Thread-local because
-// switches on different threads are unrelated.
-inline thread_local context* asan_switch_from SPINDLE_INITIAL_EXEC_TLS = nullptr;
-// Read right after a switch landed: out of line, with an empty asm, so that
-// not even the thread pointer is reused from before the switch.
-SPINDLE_NOINLINE inline context* asan_switch_from_here() noexcept {
-    context** p = &asan_switch_from;
-    __asm__ volatile("" : "+r"(p));
-    return *p;
+// The context a switch on this thread started from (spindle_asan_switch_from);
+// written just before the switch and read right after it lands, to record
+// that context's stack bounds. Thread-local because switches on different
+// threads are unrelated.
+SPINDLE_ALWAYS_INLINE context** asan_switch_from_slot() noexcept {
+    return SPINDLE_FRESH_TLS_ADDRESS(context*, "spindle_asan_switch_from");
 }
 #endif
 }  // namespace detail
@@ -176,7 +176,7 @@ SPINDLE_ALWAYS_INLINE void annotate_switch([[maybe_unused]] context* from,
                                            [[maybe_unused]] context* to,
                                            [[maybe_unused]] bool from_finished) noexcept {
 #if SPINDLE_ASAN
-    detail::asan_switch_from = from;
+    *detail::asan_switch_from_slot() = from;
     __sanitizer_start_switch_fiber(from_finished ? nullptr : &from->fake_stack, to->stack_bottom,
                                    to->stack_size);
 #endif
@@ -194,7 +194,7 @@ SPINDLE_ALWAYS_INLINE void before_switch(context* from, context* to, bool from_f
 // Runs in `self` right after a switch into it landed.
 SPINDLE_ALWAYS_INLINE void context_started([[maybe_unused]] context* self) noexcept {
 #if SPINDLE_ASAN
-    context* prev = detail::asan_switch_from_here();
+    context* prev = *detail::asan_switch_from_slot();
     __sanitizer_finish_switch_fiber(self->fake_stack, &prev->stack_bottom, &prev->stack_size);
 #endif
 }

@@ -91,7 +91,7 @@ unsigned worker_count(scheduler_state* s) noexcept;
 void release_fiber(fiber_ctx* c) noexcept;  // drop one reference
 [[noreturn]] void fiber_entry(arch::raw_context* self, arch::raw_context* from) noexcept;
 inline fiber_ctx* running_fiber() noexcept {
-    worker* w = tl_worker;
+    worker* w = current_worker();
     return w ? w->current : nullptr;
 }
 
@@ -222,7 +222,7 @@ namespace this_fiber {
 // Fast path: a relaxed load to notice fibers woken from other threads, then
 // `current = current->next` and the inlined CACS switch.
 SPINDLE_ALWAYS_INLINE void yield() noexcept {
-    detail::worker* w = detail::tl_worker;
+    detail::worker* w = detail::current_worker();
     if (w == nullptr) [[unlikely]] {
         detail::yield_thread();
         return;
@@ -236,7 +236,7 @@ SPINDLE_ALWAYS_INLINE void yield() noexcept {
     if (to == from) return;
     w->current = to;
     arch::switch_to(&from->ctx, &to->ctx);
-    detail::run_post(detail::tl_worker);  // we may have migrated: re-read
+    detail::run_post(detail::current_worker());  // we may have migrated: re-read
 }
 
 // Suspend the calling fiber until `t` (or, from a plain thread, sleep).

@@ -49,7 +49,9 @@
 // it parked (its context saved); otherwise it falls back to unpark().
 //
 // Fibers migrate: a fiber may resume on another worker (stealing, CES). Code
-// that runs after a switch re-reads tl_worker.
+// that runs after a switch re-reads current_worker(), which reads the thread
+// pointer afresh (arch/tls.hpp): never keep a worker*, or the address of any
+// thread-local, across a switch.
 #pragma once
 
 #include <atomic>
@@ -61,6 +63,7 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/arch/context.hpp>
+#include <spindle/arch/tls.hpp>
 #include <spindle/memory/stack.hpp>
 #include <spindle/runtime/detail/deque.hpp>
 
@@ -234,11 +237,20 @@ struct alignas(arch::cache_line) worker {
     std::atomic<bool> parked{false};
 };
 
-// The worker whose thread this is; null on other threads. initial-exec: one
-// %fs-relative load, no TLS wrapper call. Fibers migrate, so code re-reads it
-// after every switch (a plain read: the switch's "memory" clobber makes the
-// compiler load it again, and the load names %fs itself).
-extern __thread worker* tl_worker __attribute__((tls_model("initial-exec")));
+// The worker whose thread this is; null on other threads. The variable
+// (spindle_tl_worker, defined in src/runtime/scheduler.cpp) is not declared
+// to C++ at all: it is reached only through current_worker() and
+// set_current_worker(), which read the thread pointer afresh at each call
+// (arch/tls.hpp). Fibers migrate, so code re-reads it after every switch, and
+// a compiler-computed address of a thread-local would be the address on the
+// thread the fiber started on.
+SPINDLE_ALWAYS_INLINE worker* current_worker() noexcept {
+    return *SPINDLE_FRESH_TLS_ADDRESS(worker*, "spindle_tl_worker");
+}
+// Only the worker loop's thread sets it, before and after it runs fibers.
+SPINDLE_ALWAYS_INLINE void set_current_worker(worker* w) noexcept {
+    *SPINDLE_FRESH_TLS_ADDRESS(worker*, "spindle_tl_worker") = w;
+}
 
 // ---- ready ring (owner thread only) ---------------------------------------
 
