@@ -21,6 +21,25 @@
 
 #include <cstddef>
 
+// Supported compilers: GCC 12 or later, Clang 19 or later (README,
+// "Supported platforms"). Older ones are refused, not merely untested:
+//  - Clang before 19 ignores the context switch's clobber of rbx when rbx is
+//    a function's base pointer (a frame with over-aligned locals and a
+//    variable-sized allocation): the frame is then addressed through the
+//    other context's rbx after the switch (LLVM issue 17204, fixed in 19).
+//  - GCC before 12 is untested with C++20 here.
+#if defined(__clang__)
+#if __clang_major__ < 19
+#error "spindle needs Clang 19 or later (or GCC 12 or later): earlier Clang keeps a frame's base pointer in rbx across an asm that clobbers it, which breaks the context switch"
+#endif
+#elif defined(__GNUC__)
+#if __GNUC__ < 12
+#error "spindle needs GCC 12 or later (or Clang 19 or later)"
+#endif
+#else
+#error "spindle needs GCC 12 or later or Clang 19 or later"
+#endif
+
 #define SPINDLE_ALWAYS_INLINE inline __attribute__((always_inline))
 #define SPINDLE_NOINLINE __attribute__((noinline))
 #define SPINDLE_COLD __attribute__((cold, noinline))
