@@ -445,18 +445,16 @@ SPINDLE_COLD int adopt_default() noexcept {
     return want && fsgsbase_usable() ? 1 : 0;
 }
 
+// Where the CPU cannot adopt (AArch64 here) this is still read once, so that
+// a bad SPINDLE_TCLOCK_ADOPT is reported there too, never ignored.
 SPINDLE_ALWAYS_INLINE bool adopting() noexcept {
-    if constexpr (!can_adopt) {
-        return false;
-    } else {
-        int v = g_adopt.load(std::memory_order_relaxed);
-        if (v < 0) [[unlikely]] {
-            int expected = -1;
-            v = adopt_default();
-            if (!g_adopt.compare_exchange_strong(expected, v, std::memory_order_relaxed)) v = expected;
-        }
-        return v == 1;
+    int v = g_adopt.load(std::memory_order_relaxed);
+    if (v < 0) [[unlikely]] {
+        int expected = -1;
+        v = adopt_default();
+        if (!g_adopt.compare_exchange_strong(expected, v, std::memory_order_relaxed)) v = expected;
     }
+    return can_adopt && v == 1;
 }
 
 SPINDLE_ALWAYS_INLINE tc_identity current_identity() noexcept { return {read_fs(), identity_record()}; }
