@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <spindle/locks/detail/futex.hpp>
@@ -667,9 +668,24 @@ void unpark_with(waiter* wt, unsigned policy) noexcept {
         // saved — and the waiter runs here, now. A fiber that an inline
         // resume suspended for us was to run when we next suspend: that is
         // now, so it becomes ready here (it must not follow us to a thief).
-        if (fiber_ctx* r = self->resumer) {
-            self->resumer = nullptr;
-            push_local(w, r);
+        // It may itself carry the fiber that inline-resumed *it*, and so on
+        // (a chain of inline handoffs): the whole chain becomes ready, each
+        // link on its own. Pushed with its link still set, a link would be
+        // stolen with the rest of the chain behind it, and a thief would run
+        // a pinned fiber of this worker when that link next suspends. The
+        // deepest link is pushed first, so the owner's newest-first pops run
+        // them in the order the chain would have.
+        fiber_ctx* chain = nullptr;  // the chain reversed, through `resumer`
+        for (fiber_ctx* r = std::exchange(self->resumer, nullptr); r != nullptr;) {
+            fiber_ctx* next = r->resumer;
+            r->resumer = chain;
+            chain = r;
+            r = next;
+        }
+        while (chain != nullptr) {
+            fiber_ctx* next = std::exchange(chain->resumer, nullptr);
+            push_local(w, chain);
+            chain = next;
         }
         w->post = post_action{&push_handed_off, self};
     } else {

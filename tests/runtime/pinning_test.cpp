@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include <spindle/runtime/detail/worker.hpp>
 #include <spindle/sync/condition_variable.hpp>
 #include <spindle/sync/mutex.hpp>
 
@@ -141,6 +142,58 @@ TEST(Pinning, InlineResumerOfAFiberThatHandsOffStaysHome) {
         c.join();
         EXPECT_EQ(a_after.load(), 0) << "repetition " << rep;
     }
+}
+
+// A chain two deep: pinned P inline-resumes R (R->resumer = P), R
+// inline-resumes T (T->resumer = R), T hands off with CES. T's resumer R
+// becomes ready where a thief may take it -- still carrying P as its own
+// resumer, to run when R next suspends or ends. A thief that runs R then ran
+// P on its own worker. Built on the park API directly, so that each step
+// switches (a handoff switches only into a waiter that has parked).
+TEST(Pinning, PinnedFiberDeepInAnInlineChainStaysHome) {
+    using spindle::detail::waiter;
+    constexpr int kRounds = 20;
+    int p_moved = 0, rounds_run = 0;
+    for (int round = 0; round < kRounds; ++round) {
+        scheduler sched({.workers = 2});
+        waiter wr, wt, ws;
+        std::atomic<int> p_after{-1};
+        auto parked = [](const waiter& w) {
+            return w.state.load(std::memory_order_acquire) == spindle::detail::park_parked;
+        };
+        auto park_here = [](waiter& w) {
+            w.fiber = spindle::detail::running_fiber();
+            spindle::detail::park(&w);
+        };
+        // S: woken by T's CES handoff; keeps worker 0 busy so the other
+        // worker steals what the handoff made ready.
+        fiber s = sched.spawn([&] {
+            park_here(ws);
+            auto t0 = std::chrono::steady_clock::now();
+            while (std::chrono::steady_clock::now() - t0 < 20ms) {}
+        }, {.worker = 0});
+        fiber t = sched.spawn([&] {
+            park_here(wt);
+            spindle::detail::unpark_with(&ws, static_cast<unsigned>(handoff::ces));
+        }, {.worker = 0});
+        fiber r = sched.spawn([&] {
+            park_here(wr);
+            spindle::detail::unpark_with(&wt, static_cast<unsigned>(handoff::inline_resume));
+        }, {.worker = 0});
+        fiber p = sched.spawn([&] {
+            while (!parked(wr) || !parked(wt) || !parked(ws)) this_fiber::sleep_for(100us);
+            spindle::detail::unpark_with(&wr, static_cast<unsigned>(handoff::inline_resume));
+            p_after = this_fiber::worker_index();
+        }, {.worker = 0, .pinned = true});
+        p.join();
+        r.join();
+        t.join();
+        s.join();
+        ++rounds_run;
+        if (p_after.load() != 0) ++p_moved;
+    }
+    EXPECT_EQ(rounds_run, kRounds);
+    EXPECT_EQ(p_moved, 0);
 }
 
 // A ready pinned fiber must get its turn among fibers that only yield
