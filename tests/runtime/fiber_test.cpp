@@ -4,6 +4,8 @@
 // yields.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
 #include <algorithm>
 
 #include <atomic>
@@ -300,6 +302,50 @@ TEST(FiberDeath, DetachedFiberEndingWithExceptionAborts) {
             sched.spawn([] { throw std::runtime_error("lost"); }).detach();
         },
         "spindle: detached fiber [0-9]+ ended with an exception: lost");
+}
+
+// pthread_exit() and thread cancellation unwind with a forced unwind that
+// must not be swallowed, and that cannot reach the worker thread's start from
+// the fiber's stack: spindle stops the program naming the fiber (before, the
+// fiber's catch-all swallowed it and glibc aborted: "exception not
+// rethrown").
+TEST(FiberDeath, PthreadExitInsideAFiberNamesTheFiber) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            sched.spawn([] { ::pthread_exit(nullptr); }).join();
+        },
+        "spindle: fiber [0-9]+ called pthread_exit\\(\\) or was cancelled as a thread");
+}
+
+TEST(FiberDeath, CancellationOfTheWorkerInsideAFiberNamesTheFiber) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler sched({.workers = 1});
+            sched.spawn([] {
+                ::pthread_cancel(::pthread_self());
+                ::pthread_testcancel();  // a cancellation point
+            }).join();
+        },
+        "spindle: fiber [0-9]+ called pthread_exit\\(\\) or was cancelled as a thread");
+}
+
+// On a plain thread nothing changes: a thread blocked on a spindle::mutex can
+// still be ended by pthread_exit from a cleanup it runs before (the forced
+// unwind passes through no spindle frame).
+TEST(Fiber, PthreadExitOfAPlainThreadIsUntouched) {
+    std::atomic<bool> unwound{false};
+    std::thread t([&] {
+        struct mark {
+            std::atomic<bool>& u;
+            ~mark() { u = true; }
+        } m{unwound};
+        ::pthread_exit(nullptr);
+    });
+    t.join();
+    EXPECT_TRUE(unwound.load());
 }
 
 TEST(FiberDeath, SchedulerDestroyedFromItsOwnFiberAborts) {

@@ -3,6 +3,8 @@
 // non-trivial value types, use inside fibers, and misuse.
 #include <gtest/gtest.h>
 
+#include <pthread.h>
+
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -332,6 +334,21 @@ TEST(Generator, DestroyedWhileInsideItsHandler) {
 
 TEST(Generator, TooSmallStackIsRejected) {
     EXPECT_THROW(generator<int>([](auto&) {}, 1024), std::invalid_argument);
+}
+
+// As for fibers (fiber_test.cpp): a forced unwind inside the body stops the
+// program naming the generator.
+TEST(GeneratorDeath, PthreadExitInsideTheBodyNamesTheGenerator) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            generator<int> g([](auto& y) {
+                y(1);
+                ::pthread_exit(nullptr);
+            });
+            while (g.next()) {}
+        },
+        "spindle: generator [0-9]+ body called pthread_exit\\(\\) or was cancelled as a thread");
 }
 
 #if SPINDLE_DEBUG_CHECKS

@@ -36,10 +36,21 @@
 // SPINDLE_STACK_SIZE or 128 KiB; minimum 16 KiB). Overflowing it hits a guard
 // page and ends the process with a message naming the fiber.
 //
-// What a fiber must not do: block its worker thread for long in a system
-// call or an OS lock (the other fibers of that worker stop meanwhile), or
-// keep a pointer to a thread_local across a suspension: fibers migrate
-// between workers (work stealing, CES handoff). Use spindle::fiber_local.
+// What a fiber must not do:
+//   - block its worker thread for long in a system call or an OS lock (the
+//     other fibers of that worker stop meanwhile);
+//   - use a thread_local across a suspension: fibers migrate between
+//     workers (work stealing, CES handoff), and a compiler may keep the
+//     address of a thread_local -- errno included, whose __errno_location()
+//     is declared const -- from before a switch. Read errno right after the
+//     call that set it; use spindle::fiber_local for per-fiber state;
+//   - call pthread_exit(), or run into a cancellation point after its worker
+//     thread was pthread_cancel()ed: the forced unwind that both start ends
+//     at the bottom of the fiber's stack, where it can neither be swallowed
+//     nor passed on to the worker thread. spindle stops the program with
+//     "fiber <id> called pthread_exit() or was cancelled as a thread". A
+//     fiber ends by returning from its function (use its stop token to ask
+//     it to); plain threads are unaffected.
 #pragma once
 
 #include <cstddef>

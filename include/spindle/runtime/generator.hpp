@@ -30,6 +30,10 @@
 //                A body must let that exception pass (catch (...) must
 //                rethrow); one that yields again while unwinding is aborted.
 //   resuming a generator from inside its own body aborts (debug builds).
+//   pthread_exit(), or a thread cancellation acting, inside the body stops
+//                the program naming the generator: the forced unwind ends at
+//                the bottom of the body's stack and cannot reach the thread's
+//                start (as for fibers, runtime/fiber.hpp).
 //
 // A generator may be resumed from any thread or fiber, one at a time; it is
 // not itself synchronized. Stack: `stack_size` (default SPINDLE_STACK_SIZE or
