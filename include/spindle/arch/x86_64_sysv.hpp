@@ -19,6 +19,7 @@
 //     mov   0x08(to), %rbp
 //     jmp   *0x10(to)           go
 //  1:                           ...someone jumped back here
+//     endbr64                   (only in -fcf-protection builds: see below)
 //
 // Choices and why:
 //
@@ -45,6 +46,17 @@
 //    switches leaks it to the next fiber otherwise.
 //  * `jmp` rather than `ret`: a `ret` would be predicted by the return stack
 //    buffer, which is always wrong after a stack switch (paper, footnote 2).
+//  * Control-flow protection (-fcf-protection, as hardened distributions
+//    build). Indirect branch tracking (IBT): the landing point of the `jmp`
+//    starts with `endbr64` when the build asks for IBT (__CET__ bit 0); a
+//    fresh context lands on its entry function, which the compiler starts
+//    with one. Shadow stacks (SHSTK): a `ret` after a switch would pop the
+//    return address of the *other* context from the one per-thread shadow
+//    stack, so spindle does not support them. Its library is compiled with
+//    -fcf-protection=branch (CMakeLists.txt), so its objects' ELF property
+//    note claims IBT but not SHSTK; the linker ANDs the notes of every
+//    object, and the loader never enables a shadow stack for a program that
+//    links spindle (tests/arch/cf_protection_check.cmake reads the note).
 #pragma once
 
 #include <cstddef>
@@ -76,6 +88,13 @@ static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
 #define SPINDLE_X86_VEC_CLOBBERS                                                                   \
     "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",       \
         "xmm11", "xmm12", "xmm13", "xmm14", "xmm15"
+#endif
+
+// The landing point of a switch: `endbr64` where IBT is asked for.
+#if defined(__CET__) && (__CET__ & 1)
+#define SPINDLE_X86_LANDING "endbr64\n\t"
+#else
+#define SPINDLE_X86_LANDING ""
 #endif
 
 // Everything but rax, rsi and rdi (operands or clobbers, per template), rsp
@@ -118,7 +137,7 @@ SPINDLE_ALWAYS_INLINE void raw_switch(raw_context* from, raw_context* to) noexce
         "movq 0x00(%[t]), %%rsp\n\t"
         "movq 0x08(%[t]), %%rbp\n\t"
         "jmpq *0x10(%[t])\n"
-        "1:\n\t"
+        "1:\n\t" SPINDLE_X86_LANDING
         : [f] "+S"(from), [t] "+D"(to)
         :
         : SPINDLE_X86_SWITCH_CLOBBERS);
@@ -153,7 +172,7 @@ SPINDLE_ALWAYS_INLINE void raw_switch_shared(void*& shared, std::uintptr_t& word
     /* bench/switch sum by 5-10%. The padding follows an unconditional    */                    \
     /* jump: never executed.                                              */                    \
     ".p2align 4\n"                                                                              \
-    "1:\n\t"
+    "1:\n\t" SPINDLE_X86_LANDING
     if constexpr (Send) {
         __asm__ volatile(SPINDLE_X86_SWITCH_SHARED_ASM
                          : [s] "+D"(shared), "+a"(word)
