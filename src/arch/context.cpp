@@ -15,3 +15,29 @@ __thread context* asan_switch_from SPINDLE_TLS_NAME("spindle_asan_switch_from")
     __attribute__((tls_model("initial-exec"), used)) = nullptr;
 
 }  // namespace spindle::arch::detail
+
+#if defined(__aarch64__)
+// spindle_aarch64_context_start (arch/aarch64.hpp): the first landing point of
+// a fresh context. The switch branched here through x16 with x0 = the new
+// context, x1 = the one it left and x29 = the entry (make_context put it in
+// the fp slot). It clears x29 and x30 so that the frame chain and the
+// unwinder stop at the entry function (whose CFI says its return address is
+// x30 at entry: 0 ends the walk), and branches to the entry through x16,
+// which the entry's `bti c` (or paciasp) accepts. Its own landing pad is
+// `bti jc` (hint #38), a NOP without BTI.
+__asm__(
+    ".text\n"
+    ".p2align 2\n"
+    ".globl spindle_aarch64_context_start\n"
+    ".type spindle_aarch64_context_start, %function\n"
+    "spindle_aarch64_context_start:\n"
+    "    .cfi_startproc\n"
+    "    .cfi_undefined x30\n"
+    "    hint #38\n"
+    "    mov x16, x29\n"
+    "    mov x29, xzr\n"
+    "    mov x30, xzr\n"
+    "    br x16\n"
+    "    .cfi_endproc\n"
+    ".size spindle_aarch64_context_start, .-spindle_aarch64_context_start\n");
+#endif

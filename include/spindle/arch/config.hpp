@@ -90,10 +90,11 @@
 #endif
 #endif
 
-// Save and restore the x87 control word and MXCSR on every switch. The ABI
-// makes both callee-saved, but programs almost never change them, so the
-// default switch does not pay for them. Build with -DSPINDLE_SAVE_FP_CONTROL=1
-// (CMake option SPINDLE_SAVE_FP_CONTROL) if a fiber changes rounding modes.
+// Save and restore the floating-point control state on every switch: the
+// x87 control word and MXCSR on x86-64, FPCR on AArch64. The ABIs make it
+// callee-saved, but programs almost never change it, so the default switch
+// does not pay for it. Build with -DSPINDLE_SAVE_FP_CONTROL=1 (CMake option
+// SPINDLE_SAVE_FP_CONTROL) if a fiber changes rounding modes.
 #ifndef SPINDLE_SAVE_FP_CONTROL
 #define SPINDLE_SAVE_FP_CONTROL 0
 #endif
