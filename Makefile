@@ -3,9 +3,10 @@
 #   make bench   build (release) and run the quick benchmark suite, then
 #                write bench/results/latest/report.md
 # and, for contributors:
-#   make check   make test + ASan/UBSan and TSan test builds + a Clang 19
-#                build and its tests + the AArch64 cross build of the switch
-#                + real programs under the LD_PRELOAD library (preload-real)
+#   make check   make test + ASan/UBSan and TSan test builds + a hardened
+#                Clang 19 build and its tests + the AArch64 cross builds
+#                (GCC, Clang) with their tests under qemu-user + real
+#                programs under the LD_PRELOAD library (preload-real)
 #   make deps    install (root) or name (otherwise) every Debian package the
 #                targets need (each target also installs its own set)
 #
@@ -62,10 +63,10 @@ clang: deps-check
 	$(call build,clang)
 	ctest --preset clang
 
-# The AArch64 switch must at least compile; where qemu-user is present its
-# clobber test also runs.
+# The AArch64 cross builds (GCC and Clang 19, -mbranch-protection=standard)
+# and their runtime tests under qemu-user (scripts/aarch64-check.sh).
 aarch64: deps-check
-	scripts/aarch64-check.sh
+	JOBS=$(JOBS) scripts/aarch64-check.sh
 
 # The clobber test must fail when any one register is missing from the
 # switch's clobber list (GCC and Clang 19, -O2 and -O3; about 2 minutes).

@@ -1,34 +1,34 @@
 #!/usr/bin/env bash
-# Cross-compiles the AArch64 context switch and its clobber test, and runs
-# the test under qemu-user when available.
+# The AArch64 builds: Debian's cross GCC and Clang 19, both with
+# -mbranch-protection=standard (the aarch64-gcc and aarch64-clang presets,
+# cmake/toolchains/). Each builds the library, the tests (Debian's GoogleTest,
+# built from /usr/src/googletest for the target) and the examples, then runs
+# through ctest, under qemu-user (the toolchains' CMAKE_CROSSCOMPILING_EMULATOR):
+#   - the code-generation checks (arch.tls_codegen, arch.cf_protection), on
+#     the host with the cross compiler;
+#   - the switch, generator, fiber, migration (2-8 workers), pinning,
+#     backtrace, landing-pad, stack, CES mutex and TCLock tests.
+# Left out under qemu (testPresets "aarch64" in CMakePresets.json):
+#   - death tests: gtest re-executes /proc/self/exe, which is qemu itself;
+#   - Stack.DeferringThreadPoolsABurstAndTrimsItLater and
+#     Stack.HundredThousandLiveSmallStacks: they read the kernel's view of
+#     mappings (mincore, VMA counts), which qemu-user's own mmap emulation
+#     does not give back as Linux does;
+#   - TClockNested.DeeperThanTheEphemeralStackTakesTheGateItself and
+#     TClockParking.*: they do not finish under qemu-user 7.2 (before this
+#     build's changes too); they pass on x86-64.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-CXX=aarch64-linux-gnu-g++
-out=build/aarch64
-mkdir -p "$out"
-if ! command -v $CXX >/dev/null; then
-  echo "aarch64: $CXX not found (install g++-aarch64-linux-gnu)" >&2; exit 1
+jobs=${JOBS:-$(nproc)}
+if ! command -v qemu-aarch64 >/dev/null; then
+  echo "aarch64: qemu-aarch64 not found (install qemu-user)" >&2; exit 1
 fi
-# GoogleTest is not available for the target; the test has a tiny main of
-# its own when built with SPINDLE_NO_GTEST.
-for opt in O0 O2 O3; do
-  $CXX -std=c++20 -$opt -Wall -Wextra -Werror -static -Iinclude -DSPINDLE_NO_GTEST \
-    tests/arch/switch_clobber_test.cpp src/memory/stack.cpp src/runtime/generator.cpp -o $out/switch_clobber_$opt -pthread
+for preset in aarch64-gcc aarch64-clang; do
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+  ctest --preset "$preset"
+  # The examples end to end, as a user would run them.
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "build/$preset/examples/example_hello_fibers" >/dev/null
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "build/$preset/examples/example_generator_hanoi" | grep -q "disk 3: peg 1 -> peg 3"
+  echo "aarch64: $preset built, tested under qemu-user"
 done
-# The whole library must compile too, and link into an example.
-lib_sources=$(find src -name '*.cpp' | sort)
-objs=()
-for src in $lib_sources examples/generator_hanoi.cpp; do
-  obj="$out/$(echo "$src" | tr / _).o"
-  $CXX -std=c++20 -O2 -Wall -Wextra -Werror -Iinclude -c "$src" -o "$obj"
-  objs+=("$obj")
-done
-$CXX -static "${objs[@]}" -o $out/generator_hanoi -pthread
-echo "aarch64: switch, library and clobber test compile at -O0/-O2/-O3"
-if command -v qemu-aarch64 >/dev/null; then
-  for opt in O0 O2 O3; do qemu-aarch64 $out/switch_clobber_$opt; done
-  qemu-aarch64 $out/generator_hanoi | grep -q "disk 3: peg 1 -> peg 3"
-  echo "aarch64: clobber test and generator example passed under qemu-user"
-else
-  echo "aarch64: qemu-aarch64 not found; compiled only"
-fi

@@ -49,7 +49,7 @@ mutant() {
     return
   fi
   if ! "$cxx" -std=c++20 -"$opt" -DSPINDLE_NO_GTEST -I"$dir/include" -Iinclude \
-      tests/arch/switch_clobber_test.cpp "$out/$tag-stack.o" "$out/$tag-generator.o" -o "$dir/switch_clobber" \
+      tests/arch/switch_clobber_test.cpp "$out/$tag-stack.o" "$out/$tag-generator.o" "$out/$tag-context.o" -o "$dir/switch_clobber" \
       -pthread >"$dir/build.log" 2>&1; then
     echo "error: $tag -$opt without \"$reg\" did not build (see $dir/build.log)"
     return
@@ -78,10 +78,10 @@ export out
 jobs=()
 for cxx in "${compilers[@]}"; do
   tag=$(basename "$cxx")
-  # The library parts the test needs (stacks, the generator's entry), built
-  # once per compiler with the real header: only the test's inlined switches
-  # are mutated.
-  for src in src/memory/stack.cpp src/runtime/generator.cpp; do
+  # The library parts the test needs (stacks, the generator's entry, the
+  # switch's thread-locals), built once per compiler with the real header:
+  # only the test's inlined switches are mutated.
+  for src in src/memory/stack.cpp src/runtime/generator.cpp src/arch/context.cpp; do
     "$cxx" -std=c++20 -O2 -Iinclude -c "$src" -o "$out/$tag-$(basename "$src" .cpp).o"
   done
   for opt in O2 O3; do jobs+=("$cxx none $opt"); done
