@@ -61,10 +61,16 @@ static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
 #if defined(__ARM_FEATURE_SVE)
 // The predicate registers and the first-fault register: AAPCS64 leaves them
 // to the caller, so the compiler may keep a predicate live across an asm
-// statement that does not name them.
+// statement that does not name them. (Clang 19 does not know "ffr" as a
+// clobber, nor allocates it.)
+#if defined(__clang__)
+#define SPINDLE_AARCH64_FFR_CLOBBER
+#else
+#define SPINDLE_AARCH64_FFR_CLOBBER , "ffr"
+#endif
 #define SPINDLE_AARCH64_SVE_CLOBBERS                                                               \
     , "p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9", "p10", "p11", "p12", "p13", "p14", \
-        "p15", "ffr"
+        "p15" SPINDLE_AARCH64_FFR_CLOBBER
 #else
 #define SPINDLE_AARCH64_SVE_CLOBBERS
 #endif

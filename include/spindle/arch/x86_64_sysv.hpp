@@ -36,7 +36,8 @@
 //    its entry function with rdi = its own context and rsi = the context it
 //    came from — the SysV argument registers — so the entry is a plain
 //    `void entry(context* self, context* from)`.
-//  * Clobbered: every other GPR, xmm0-15 (xmm16-31 and k0-k7 with AVX-512),
+//  * Clobbered: every other GPR, xmm0-15 (xmm16-31 and k0-k7 with AVX-512,
+//    tmm0-7 with AMX under Clang),
 //    the x87/MMX stack, "cc" and "memory". Without "memory" the compiler could
 //    keep a global in a register across the switch; without the vector
 //    clobbers an inlined switch could carry a double in xmm1 from one fiber
@@ -78,6 +79,16 @@ static_assert(offsetof(raw_context, sp) == 0x00, "asm reads sp at 0x00");
 static_assert(offsetof(raw_context, fp) == 0x08, "asm reads fp at 0x08");
 static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
 
+// AMX tiles: Clang allocates tmm0-7 to __tile1024i values, so with AMX
+// enabled they are clobbered too (the ABI leaves them to the caller). GCC
+// names tiles only by number in its intrinsics and never keeps a value in
+// one across an asm statement; it also rejects the names.
+#if defined(__AMX_TILE__) && defined(__clang__)
+#define SPINDLE_X86_TILE_CLOBBERS , "tmm0", "tmm1", "tmm2", "tmm3", "tmm4", "tmm5", "tmm6", "tmm7"
+#else
+#define SPINDLE_X86_TILE_CLOBBERS
+#endif
+
 #if defined(__AVX512F__)
 #define SPINDLE_X86_VEC_CLOBBERS                                                                   \
     "xmm0", "xmm1", "xmm2", "xmm3", "xmm4", "xmm5", "xmm6", "xmm7", "xmm8", "xmm9", "xmm10",       \
@@ -102,7 +113,8 @@ static_assert(offsetof(raw_context, pc) == 0x10, "asm reads pc at 0x10");
 #define SPINDLE_X86_SWITCH_CLOBBERS_BASE                                                           \
     "rbx", "rcx", "rdx", "r8", "r9", "r10", "r11", "r12", "r13", "r14", "r15",                     \
         SPINDLE_X86_VEC_CLOBBERS, "st", "st(1)", "st(2)", "st(3)", "st(4)", "st(5)", "st(6)",     \
-        "st(7)", "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7", "cc", "memory"
+        "st(7)", "mm0", "mm1", "mm2", "mm3", "mm4", "mm5", "mm6", "mm7", "cc", "memory"           \
+        SPINDLE_X86_TILE_CLOBBERS
 #define SPINDLE_X86_SWITCH_CLOBBERS "rax", SPINDLE_X86_SWITCH_CLOBBERS_BASE
 
 // x87 control word and MXCSR, carried across a switch only when
