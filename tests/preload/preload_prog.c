@@ -9,6 +9,8 @@
  *   preload_prog stats        spawns itself with SPINDLE_STATS=1 on a
  *                             contended workload, expects the report
  *
+ * PRELOAD_PROG_ONLY=test_x runs only that part of the checks (to repeat one).
+ *
  * It must run interposed: it asks the library through a weak symbol, and
  * checks that a held mutex's lock word is where the library puts it.
  * Nothing here asserts how long anything takes; a deadline is only checked
@@ -1504,8 +1506,10 @@ int main(int argc, char** argv) {
 
     /* Each part's wall time goes to stderr: a part that runs long on a
      * loaded machine shows up in the log (nothing here checks a time). */
+    const char* only = getenv("PRELOAD_PROG_ONLY"); /* one part, by name (repeating one check) */
 #define PART(f)                                                                                  \
     do {                                                                                         \
+        if (only != NULL && strcmp(only, #f) != 0) break;                                       \
         struct timespec t0_, t1_;                                                                \
         clock_gettime(CLOCK_MONOTONIC, &t0_);                                                    \
         f();                                                                                     \
