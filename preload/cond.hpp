@@ -17,7 +17,7 @@
 // wait(c, m), with m held:
 //   1. waiters += 1                        } while still holding m, so a
 //   2. s = seq                             } signaller holding m sees both
-//   3. unlock m
+//   3. unlock m (through the installed table: see step 3 in wait())
 //   4. futex_wait(&seq, s)                 returns at once if seq != s
 //   5. (seq still read for the timeout case) waiters -= 1, the last access to c
 //   6. lock m
@@ -177,7 +177,12 @@ struct cond_impl {
             f.depth = M::depth_of(m);
             M::depth_of(m) = 1;
         }
-        int r = M::unlock(m);
+        // Through the installed table, not M::unlock: in a fork child's
+        // single-threaded mode the table's unlock resets the lock instead of
+        // handing it to a waiter that did not survive the fork (exports.cpp,
+        // "Fork"); M::unlock would hand it over, and the relock in step 6
+        // would then wait for that ghost for ever.
+        int r = current()->mutex_unlock(m);
         if (r != 0) {  // EPERM: not the holder
             if (f.depth > 1) M::depth_of(m) = f.depth;
             cond_waiters(c).fetch_sub(1, std::memory_order_release);  // as in step 5

@@ -9,7 +9,8 @@
  *   preload_prog stats        spawns itself with SPINDLE_STATS=1 on a
  *                             contended workload, expects the report
  *
- * PRELOAD_PROG_ONLY=test_x runs only that part of the checks (to repeat one).
+ * PRELOAD_PROG_ONLY=test_x runs only that part of the checks (to repeat one);
+ * PRELOAD_PROG_HANG_S=N sets the hang detectors' limit (below).
  *
  * It must run interposed: it asks the library through a weak symbol, and
  * checks that a held mutex's lock word is where the library puts it.
@@ -112,6 +113,27 @@ static int passed(clockid_t c, const struct timespec* d) {
 static void sleep_ms(long ms) {
     struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&ts, NULL);
+}
+
+/* Hang detection. A test that would wait for ever without a fix waits at
+ * most g_hang_s seconds (PRELOAD_PROG_HANG_S; default 60, far beyond what a
+ * loaded machine needs) and then fails with a message, so that a hang shows
+ * up as a failed check rather than a stuck test run. A forked child arms
+ * alarm(g_hang_s) and wait_child() reports its SIGALRM as a hang. */
+static int g_hang_s = 60;
+static void child_deadline(void) { alarm((unsigned)g_hang_s); }
+static void wait_child(pid_t pid, const char* what) {
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM) {
+        fprintf(stderr, "preload_prog [%s]: %s: the child hung (no exit within %d s)\n", g_lock, what,
+                g_hang_s);
+        exit(1);
+    }
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fprintf(stderr, "preload_prog [%s]: %s: the child failed\n", g_lock, what);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
 }
 
 /* A lock word is where the library says: a held mutex of ours has __lock
@@ -1398,6 +1420,58 @@ static void test_fork_in_section(void) {
     for (int i = 0; i < 3; ++i) join(h[i]);
 }
 
+/* A condition variable wait in a fork child, on a mutex the forking thread
+ * held while other threads of the parent queued for it: the wait's unlock is
+ * an unlock in the child like any other, so it must not hand the mutex to a
+ * waiter that did not survive the fork (the relock would then wait for
+ * ever). Before each fork the parent's waiters have waited long enough, and
+ * seen the mutex released and taken back under them, that a park twin's
+ * queue head has likely asked for a direct handoff (after 1 ms of waiting,
+ * once woken without getting in); the test holds either way. */
+static pthread_mutex_t g_fcw = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_fcw_arrived, g_fcw_stop;
+static void* fcw_waiter(void* p) {
+    (void)p;
+    atomic_fetch_add(&g_fcw_arrived, 1);
+    while (!atomic_load(&g_fcw_stop)) {
+        CHECK_EQ(pthread_mutex_lock(&g_fcw), 0);
+        CHECK_EQ(pthread_mutex_unlock(&g_fcw), 0);
+    }
+    return NULL;
+}
+static void test_fork_cond_wait(void) {
+    atomic_store(&g_fcw_stop, 0);
+    pthread_t w[3];
+    for (int i = 0; i < 3; ++i) start(&w[i], fcw_waiter, NULL);
+    while (atomic_load(&g_fcw_arrived) < 3) sleep_ms(1);
+    for (int round = 0; round < 3; ++round) {
+        CHECK_EQ(pthread_mutex_lock(&g_fcw), 0);
+        sleep_ms(10);
+        CHECK_EQ(pthread_mutex_unlock(&g_fcw), 0);
+        CHECK_EQ(pthread_mutex_lock(&g_fcw), 0);
+        sleep_ms(10);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            child_deadline();
+            pthread_cond_t c = PTHREAD_COND_INITIALIZER;
+            struct timespec past = {1, 0};
+            int ok = pthread_cond_timedwait(&c, &g_fcw, &past) == ETIMEDOUT;
+            ok &= pthread_cond_clockwait(&c, &g_fcw, CLOCK_MONOTONIC, &past) == ETIMEDOUT;
+            struct timespec soon = in_ms(CLOCK_REALTIME, 1);
+            ok &= pthread_cond_timedwait(&c, &g_fcw, &soon) == ETIMEDOUT;
+            ok &= pthread_mutex_unlock(&g_fcw) == 0;
+            ok &= pthread_mutex_lock(&g_fcw) == 0;
+            ok &= pthread_mutex_unlock(&g_fcw) == 0;
+            _exit(ok ? 0 : 1);
+        }
+        CHECK_EQ(pthread_mutex_unlock(&g_fcw), 0);
+        wait_child(pid, "pthread_cond_timedwait in a fork child");
+    }
+    atomic_store(&g_fcw_stop, 1);
+    for (int i = 0; i < 3; ++i) join(w[i]);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Modes that spawn this program again with another environment. */
 
@@ -1495,6 +1569,8 @@ int main(int argc, char** argv) {
     g_iters = 4000;
     const char* iters = getenv("PRELOAD_PROG_ITERS");
     if (iters != NULL) g_iters = atol(iters);
+    const char* hang = getenv("PRELOAD_PROG_HANG_S");
+    if (hang != NULL && atoi(hang) > 0) g_hang_s = atoi(hang);
 
     const char* mode = argc > 1 ? argv[1] : "all";
     early_join(); /* the early library's thread, whatever the mode (checked in test_interposed) */
@@ -1532,6 +1608,7 @@ int main(int argc, char** argv) {
     PART(test_cond_many);
     PART(test_read_again);
     PART(test_fork_in_section);
+    PART(test_fork_cond_wait);
 #undef PART
     printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
            g_iters);
