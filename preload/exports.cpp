@@ -32,8 +32,22 @@
 // everything; child: unlock everything) does exactly that. So in the child,
 // while it has a single thread, unlock does not hand over: it writes the
 // all-zero "unlocked" state (the fork-child table below). The child leaves
-// that mode when it creates its first thread (pthread_create / thrd_create
-// are interposed for this only). Our child handler must run before other
+// that mode when a second thread appears:
+//
+//   * one the program creates: pthread_create / thrd_create are interposed
+//     for this only, and leave the mode before the thread exists;
+//   * one glibc starts by itself, without those functions (timer_create and
+//     mq_notify with SIGEV_THREAD, POSIX AIO, getaddrinfo_a): nothing tells
+//     us it exists until it calls one of our functions. Every entry of the
+//     fork-child table is a wrapper (child_entry) that lets the thread that
+//     forked through, and makes any other thread leave the mode before it
+//     goes on (join_child_mode). A reset by the thread that forked and the
+//     arrival of such a thread are ordered by a handshake (begin_reset), so
+//     a lock is never reset under a live waiter.
+//
+// (glibc's __libc_single_threaded is no help here: glibc does not set it
+// back to true in a fork child, so in the child of a multi-threaded parent
+// it reads false from the start.) Our child handler must run before other
 // libraries' child handlers: handlers run in registration order, so we
 // interpose __register_atfork (what pthread_atfork calls) and register ours
 // before the first other one.
@@ -177,34 +191,168 @@ const api* table_from_environment() noexcept {
 
 // ---------------------------------------------------------------------------
 // Fork.
+//
+// Child mode (see the header): the installed table is g_child_table, whose
+// every function is child_entry<member>: the thread that forked runs
+// g_child_ops (the parent's table with the four resetting functions below);
+// any other thread leaves child mode first and runs the parent's table.
+//
+// The handshake between a reset and a thread that arrives (Dekker's, over
+// two seq_cst words):
+//
+//     thread that forked (begin_reset)      arriving thread (join_child_mode)
+//     g_resetting += 1                      g_child_threads = true
+//     g_child_threads?  yes: undo, and      wait until g_resetting == 0
+//       unlock as the parent does           install the parent table
+//     no: reset; g_resetting -= 1           go on with the parent table
+//
+// In the single total order of the four seq_cst operations, either the
+// reset reads g_child_threads == true (and hands over as usual: the
+// arriving thread may already be queued) or the arriving thread reads
+// g_resetting != 0 and waits until the reset is over before it touches any
+// lock. So no thread is ever queued on a lock while it is reset. A counter,
+// not a flag: a signal handler on the thread that forked may unlock inside
+// another unlock.
 
-api g_child_table;                       // written by the child handler only
+api g_child_ops;                         // child mode's functions; written by the child handler only
+api g_child_table;                       // the installed table in child mode: child_entry wrappers
+const api* g_child_parent = nullptr;     // the table child mode returns to; child handler only
 std::atomic<const api*> g_parent_table{nullptr};  // non-null: child mode
 std::atomic<bool> g_atfork_registered{false};
+std::atomic<bool> g_child_threads{false};         // a thread other than the forker called in
+std::atomic<unsigned> g_resetting{0};             // resets under way (the forker, and its handlers)
+
+// The thread that forked, in a fork child: set by the child handler; a
+// thread created afterwards starts with false (its TLS is the initial image).
+constinit thread_local bool t_forked __attribute__((tls_model("initial-exec"))) = false;
+
+// Leaves child mode: installs the parent table. Called by the only thread
+// before it creates another (pthread_create), and by a thread glibc created
+// at its first call (join_child_mode); both store the same values.
+// relaxed loads and stores of g_parent_table: the values are only ever the
+// parent table and null, and a process that never forked never writes it
+// (every thread reads null).
+void leave_child_mode() noexcept {
+    const api* parent = g_parent_table.load(std::memory_order_relaxed);
+    if (parent == nullptr) [[likely]]
+        return;
+    g_api.store(parent, std::memory_order_release);  // pairs with current()
+    g_parent_table.store(nullptr, std::memory_order_relaxed);
+}
+
+// The thread that forked is about to reset a lock. false: another thread has
+// called in meanwhile; unlock as the parent does instead (no end_reset).
+bool begin_reset() noexcept {
+    // seq_cst, both: the handshake above, with join_child_mode's store and
+    // load.
+    g_resetting.fetch_add(1, std::memory_order_seq_cst);
+    if (!g_child_threads.load(std::memory_order_seq_cst)) return true;
+    // release, as in end_reset.
+    g_resetting.fetch_sub(1, std::memory_order_release);
+    return false;
+}
+void end_reset() noexcept {
+    // release pairs with join_child_mode's load (seq_cst: an acquire too):
+    // the reset's plain stores happen before the arriving thread's first
+    // look at the lock.
+    g_resetting.fetch_sub(1, std::memory_order_release);
+}
+
+// A thread other than the one that forked, at its first call in child mode.
+SPINDLE_NOINLINE const api* join_child_mode() noexcept {
+    // seq_cst, both: the handshake above, with begin_reset's.
+    g_child_threads.store(true, std::memory_order_seq_cst);
+    unsigned spins = 0;
+    while (g_resetting.load(std::memory_order_seq_cst) != 0) spin_step(spins);
+    leave_child_mode();
+    // g_child_parent: written by the child handler before this thread was
+    // created (thread creation orders it).
+    return g_child_parent;
+}
+
+// The entry `Member` of the fork-child table.
+template <auto Member>
+struct child_entry;
+template <class R, class... A, R (*api::*Member)(A...)>
+struct child_entry<Member> {
+    static R call(A... a) noexcept {
+        if (!t_forked) [[unlikely]]
+            return (join_child_mode()->*Member)(a...);
+        return (g_child_ops.*Member)(a...);
+    }
+};
+
+constexpr api child_wrappers = {
+    &child_entry<&api::mutex_init>::call,        &child_entry<&api::mutex_destroy>::call,
+    &child_entry<&api::mutex_lock>::call,        &child_entry<&api::mutex_trylock>::call,
+    &child_entry<&api::mutex_timedlock>::call,   &child_entry<&api::mutex_clocklock>::call,
+    &child_entry<&api::mutex_unlock>::call,
+
+    &child_entry<&api::rwlock_init>::call,       &child_entry<&api::rwlock_destroy>::call,
+    &child_entry<&api::rwlock_rdlock>::call,     &child_entry<&api::rwlock_tryrdlock>::call,
+    &child_entry<&api::rwlock_timedrdlock>::call, &child_entry<&api::rwlock_clockrdlock>::call,
+    &child_entry<&api::rwlock_wrlock>::call,     &child_entry<&api::rwlock_trywrlock>::call,
+    &child_entry<&api::rwlock_timedwrlock>::call, &child_entry<&api::rwlock_clockwrlock>::call,
+    &child_entry<&api::rwlock_unlock>::call,
+
+    &child_entry<&api::spin_init>::call,         &child_entry<&api::spin_destroy>::call,
+    &child_entry<&api::spin_lock>::call,         &child_entry<&api::spin_trylock>::call,
+    &child_entry<&api::spin_unlock>::call,
+
+    &child_entry<&api::cond_init>::call,         &child_entry<&api::cond_destroy>::call,
+    &child_entry<&api::cond_signal>::call,       &child_entry<&api::cond_broadcast>::call,
+    &child_entry<&api::cond_wait>::call,         &child_entry<&api::cond_timedwait>::call,
+    &child_entry<&api::cond_clockwait>::call,
+
+    &child_entry<&api::old_cond_init>::call,     &child_entry<&api::old_cond_destroy>::call,
+    &child_entry<&api::old_cond_signal>::call,   &child_entry<&api::old_cond_broadcast>::call,
+    &child_entry<&api::old_cond_wait>::call,     &child_entry<&api::old_cond_timedwait>::call,
+
+    nullptr, nullptr,  // before_fork, rwlock_child_unlock, name, stats: the parent's (atfork_child)
+    nullptr, false, true,
+};
+
+// The resetting functions of child mode (g_child_ops), run by the thread
+// that forked only.
 
 int child_mutex_unlock(pthread_mutex_t* m) noexcept {
     int k = mutex_kind(m);
     if (k & mutex_layout::route_bits) return real<real_fn::mutex_unlock, int(pthread_mutex_t*)>()(m);
+    if (!begin_reset()) return g_child_parent->mutex_unlock(m);
     int type = k & mutex_layout::type_mask;
     int result = 0;
     if ((type == PTHREAD_MUTEX_RECURSIVE || type == PTHREAD_MUTEX_ERRORCHECK) &&
-        !mutex_common::drop(m, type, &result))
+        !mutex_common::drop(m, type, &result)) {
+        end_reset();
         return result;
+    }
     zero_lock_room(m, mutex_layout::lock);
+    end_reset();
     return 0;
 }
 
+int child_rwlock_unlock(pthread_rwlock_t* l) noexcept {
+    if (!begin_reset()) return g_child_parent->rwlock_unlock(l);
+    int r = g_child_parent->rwlock_child_unlock(l);
+    end_reset();
+    return r;
+}
+
 int child_spin_unlock(pthread_spinlock_t* l) noexcept {
+    if (!begin_reset()) return g_child_parent->spin_unlock(l);
     // 0 is unlocked for every spinlock algorithm (spin.hpp).
     // release pairs with the next locker's acquire, as any unlock's.
     word<std::uint32_t>(const_cast<int*>(l), 0).store(0, std::memory_order_release);
+    end_reset();
     return 0;
 }
 
 int child_cond_destroy(pthread_cond_t* c) noexcept {
+    if (!begin_reset()) return g_child_parent->cond_destroy(c);
     // Registered waiters can only be threads that did not survive the fork.
-    // relaxed: this is the only thread.
+    // relaxed: no other thread has called in (begin_reset).
     cond_waiters(c).store(0, std::memory_order_relaxed);
+    end_reset();
     return 0;
 }
 
@@ -217,31 +365,27 @@ void atfork_prepare() noexcept {
 
 void atfork_child() noexcept {
     // The child has one thread: plain reads and writes of our globals here
-    // race with nothing.
+    // race with nothing (relaxed atomics below for the same reason).
     const api* t = current();
     if (!t->ours) return;  // glibc's locks, or nothing locked by us yet
     const api* parent = g_parent_table.load(std::memory_order_relaxed);
     if (parent == nullptr) parent = t;  // else: a fork from a child in child mode
-    g_child_table = *parent;
-    g_child_table.mutex_unlock = &child_mutex_unlock;
-    g_child_table.rwlock_unlock = parent->rwlock_child_unlock;
-    g_child_table.spin_unlock = &child_spin_unlock;
-    g_child_table.cond_destroy = &child_cond_destroy;
+    g_child_parent = parent;
+    g_child_ops = *parent;
+    g_child_ops.mutex_unlock = &child_mutex_unlock;
+    g_child_ops.rwlock_unlock = &child_rwlock_unlock;
+    g_child_ops.spin_unlock = &child_spin_unlock;
+    g_child_ops.cond_destroy = &child_cond_destroy;
+    g_child_table = child_wrappers;
+    g_child_table.before_fork = parent->before_fork;
+    g_child_table.rwlock_child_unlock = parent->rwlock_child_unlock;
+    g_child_table.name = parent->name;
+    g_child_table.stats = parent->stats;
+    t_forked = true;
+    g_child_threads.store(false, std::memory_order_relaxed);
+    g_resetting.store(0, std::memory_order_relaxed);
     g_parent_table.store(parent, std::memory_order_relaxed);
     g_api.store(&g_child_table, std::memory_order_release);  // pairs with current()
-}
-
-// Before a thread is created: leave child mode. The only thread does this,
-// before the new one exists (thread creation orders it for the new thread).
-// relaxed: g_parent_table is written only while the process has one thread
-// (the child handler, and here); a process that never forked never writes
-// it, and every thread reads null.
-void leave_child_mode() noexcept {
-    const api* parent = g_parent_table.load(std::memory_order_relaxed);
-    if (parent == nullptr) [[likely]]
-        return;
-    g_api.store(parent, std::memory_order_release);  // pairs with current()
-    g_parent_table.store(nullptr, std::memory_order_relaxed);
 }
 
 void register_own_atfork() noexcept {

@@ -1472,6 +1472,76 @@ static void test_fork_cond_wait(void) {
     for (int i = 0; i < 3; ++i) join(w[i]);
 }
 
+/* A fork child in which glibc starts threads itself: timer_create with
+ * SIGEV_THREAD runs each expiry's callback on a thread glibc creates, not
+ * through pthread_create. The callback and the child's main thread contend
+ * on one mutex: the callback's thread queues while the main thread holds
+ * it, and the main thread's unlock must then hand it over, not reset it as
+ * the library does while the child has only the thread that forked. The
+ * parent forks while other threads run. */
+enum { TIMER_ROUNDS = 4 };
+static pthread_mutex_t g_tmr = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_tmr_arrived, g_tmr_done;
+static long g_tmr_count; /* guarded by g_tmr */
+static void timer_callback(union sigval v) {
+    (void)v;
+    atomic_fetch_add(&g_tmr_arrived, 1);
+    CHECK_EQ(pthread_mutex_lock(&g_tmr), 0);
+    g_tmr_count++;
+    CHECK_EQ(pthread_mutex_unlock(&g_tmr), 0);
+    atomic_fetch_add(&g_tmr_done, 1);
+}
+/* Polls *flag until it reaches `value`; 0 if g_hang_s seconds pass first. */
+static int await_at_least(atomic_int* flag, int value) {
+    struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
+    while (atomic_load(flag) < value) {
+        if (passed(CLOCK_MONOTONIC, &d)) return 0;
+        sleep_ms(1);
+    }
+    return 1;
+}
+static int timer_child(void) {
+    child_deadline();
+    timer_t tm;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD;
+    ev.sigev_notify_function = timer_callback;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) != 0) return 1;
+    int ok = 1;
+    for (int round = 0; ok && round < TIMER_ROUNDS; ++round) {
+        ok &= pthread_mutex_lock(&g_tmr) == 0;
+        struct itimerspec once = {{0, 0}, {0, 1000000}};
+        ok &= timer_settime(tm, 0, &once, NULL) == 0;
+        ok &= await_at_least(&g_tmr_arrived, round + 1);
+        sleep_ms(5); /* likely queued behind us by now; the test holds either way */
+        g_tmr_count++;
+        ok &= pthread_mutex_unlock(&g_tmr) == 0;
+        if (!await_at_least(&g_tmr_done, round + 1)) {
+            fprintf(stderr, "preload_prog [%s]: timer callback %d never got the mutex\n", g_lock, round);
+            ok = 0;
+        }
+    }
+    ok &= pthread_mutex_lock(&g_tmr) == 0;
+    ok &= g_tmr_count == 2 * TIMER_ROUNDS;
+    ok &= pthread_mutex_unlock(&g_tmr) == 0;
+    ok &= timer_delete(tm) == 0;
+    return ok ? 0 : 1;
+}
+static void test_fork_glibc_threads(void) {
+    atomic_store(&g_stop, 0);
+    pthread_t h[2];
+    for (int i = 0; i < 2; ++i) start(&h[i], hammer, NULL);
+    for (int round = 0; round < 2; ++round) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) _exit(timer_child());
+        wait_child(pid, "timer_create(SIGEV_THREAD) callbacks in a fork child");
+    }
+    atomic_store(&g_stop, 1);
+    for (int i = 0; i < 2; ++i) join(h[i]);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Modes that spawn this program again with another environment. */
 
@@ -1609,6 +1679,7 @@ int main(int argc, char** argv) {
     PART(test_read_again);
     PART(test_fork_in_section);
     PART(test_fork_cond_wait);
+    PART(test_fork_glibc_threads);
 #undef PART
     printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
            g_iters);
