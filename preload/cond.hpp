@@ -48,7 +48,10 @@
 // futex sleep runs with asynchronous cancellation enabled (cancel_wait.c,
 // the same technique glibc 2.36 uses for its cancellable system calls); a
 // cancelled waiter leaves (step 5) and relocks m (step 6) before the
-// thread's cleanup handlers run, as POSIX requires.
+// thread's cleanup handlers run, as POSIX requires. A cancelled waiter that
+// sees seq moved since step 2 may have been the one a signal woke: it
+// signals once more before it leaves, so that the signal is not lost with
+// it (at worst a spurious wake-up of another waiter).
 //
 // Recursive mutexes: wait releases all levels of a recursive mutex held by
 // the caller and restores the depth after relocking. Errorcheck: waiting on
@@ -133,6 +136,7 @@ struct cond_impl {
         pthread_cond_t* c;
         pthread_mutex_t* m;
         std::uint32_t depth;  // recursion depth to restore, 0: not recursive
+        std::uint32_t seq;    // seq as read in step 2
     };
 
     static void relock(pthread_mutex_t* m, std::uint32_t depth, int* err) noexcept {
@@ -143,6 +147,14 @@ struct cond_impl {
 
     static void on_cancel(void* arg) noexcept {
         auto* f = static_cast<frame*>(arg);
+        // A signal since step 2 may have woken this waiter (a wake-one goes
+        // to the first sleeper), which will not return to act on it: pass
+        // it on, before leaving (POSIX: a cancelled waiter must not consume
+        // a signal while other waiters are blocked). If the signal woke
+        // another waiter instead, this is one spurious wake-up more, which
+        // POSIX allows. acquire pairs with the signaller's seq_cst
+        // increment (cond_wake).
+        if (cond_seq(f->c)->load(std::memory_order_acquire) != f->seq) cond_wake(f->c, false);
         cond_waiters(f->c).fetch_sub(1, std::memory_order_release);  // as in wait
         int ignored = 0;
         relock(f->m, f->depth, &ignored);
@@ -167,7 +179,7 @@ struct cond_impl {
         std::uint32_t s = cond_seq(c)->load(std::memory_order_seq_cst);
 
         // Step 3, releasing every level of a recursive mutex we hold.
-        frame f{c, m, 0};
+        frame f{c, m, 0, s};
         int kind = mutex_kind(m);
         if ((kind & mutex_layout::route_bits) == 0 &&
             (kind & mutex_layout::type_mask) == PTHREAD_MUTEX_RECURSIVE &&

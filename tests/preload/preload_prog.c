@@ -626,6 +626,82 @@ static void test_cond(void) {
     CHECK_EQ(pthread_mutex_unlock(&g_cancel_m), 0);
 }
 
+/* A waiter cancelled as it is signalled must not take the signal with it
+ * (POSIX: a cancelled waiter that was signalled passes the signal on).
+ * Waiters A, then B, sleep; the main thread adds a token, signals once and
+ * cancels A at once. Either A returned from its wait with the token before
+ * the cancellation acted on it, or B must be woken and take it. A round in
+ * which neither happens within the hang limit fails. */
+enum { CANCEL_SIGNAL_ROUNDS = 40 };
+static pthread_mutex_t g_cs_m = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_cs_c = PTHREAD_COND_INITIALIZER;
+static int g_cs_tokens, g_cs_waiting, g_cs_quit; /* guarded by g_cs_m */
+static atomic_int g_cs_taken;
+static void cs_unlock(void* m) { CHECK_EQ(pthread_mutex_unlock(m), 0); }
+static void* cs_waiter(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_cs_m), 0);
+    pthread_cleanup_push(cs_unlock, &g_cs_m);
+    g_cs_waiting++;
+    while (g_cs_tokens == 0 && !g_cs_quit) CHECK_EQ(pthread_cond_wait(&g_cs_c, &g_cs_m), 0);
+    if (g_cs_tokens > 0) {
+        g_cs_tokens--;
+        atomic_fetch_add(&g_cs_taken, 1);
+    }
+    pthread_cleanup_pop(1);
+    return NULL;
+}
+static void cs_await_waiting(int n) {
+    for (;;) {
+        CHECK_EQ(pthread_mutex_lock(&g_cs_m), 0);
+        int w = g_cs_waiting;
+        CHECK_EQ(pthread_mutex_unlock(&g_cs_m), 0);
+        if (w >= n) return; /* it registered and released the mutex: it is in the wait */
+        sleep_ms(1);
+    }
+}
+static void test_cond_cancel_signalled(void) {
+    int cancelled = 0;
+    for (int round = 0; round < CANCEL_SIGNAL_ROUNDS; ++round) {
+        g_cs_tokens = g_cs_waiting = g_cs_quit = 0;
+        atomic_store(&g_cs_taken, 0);
+        pthread_t a, b;
+        start(&a, cs_waiter, NULL);
+        cs_await_waiting(1);
+        sleep_ms(1); /* A likely asleep first; the test holds either way */
+        start(&b, cs_waiter, NULL);
+        cs_await_waiting(2);
+        sleep_ms(1);
+        CHECK_EQ(pthread_mutex_lock(&g_cs_m), 0);
+        g_cs_tokens = 1;
+        CHECK_EQ(pthread_cond_signal(&g_cs_c), 0);
+        CHECK_EQ(pthread_cancel(a), 0);
+        CHECK_EQ(pthread_mutex_unlock(&g_cs_m), 0);
+        if (join(a) == PTHREAD_CANCELED) cancelled++;
+        /* The token is taken, by A or by B. */
+        struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
+        while (atomic_load(&g_cs_taken) == 0) {
+            if (passed(CLOCK_MONOTONIC, &d)) {
+                fprintf(stderr,
+                        "preload_prog [%s]: round %d: the waiter cancelled as it was signalled took the "
+                        "signal with it; the other was not woken in %d s\n",
+                        g_lock, round, g_hang_s);
+                exit(1);
+            }
+            sleep_ms(1);
+        }
+        CHECK_EQ(pthread_mutex_lock(&g_cs_m), 0);
+        g_cs_quit = 1;
+        CHECK_EQ(pthread_cond_broadcast(&g_cs_c), 0);
+        CHECK_EQ(pthread_mutex_unlock(&g_cs_m), 0);
+        join(b);
+        CHECK_EQ(atomic_load(&g_cs_taken), 1);
+        CHECK_EQ(g_cs_tokens, 0);
+    }
+    fprintf(stderr, "preload_prog [%s]: test_cond_cancel_signalled: A cancelled in %d of %d rounds\n", g_lock,
+            cancelled, CANCEL_SIGNAL_ROUNDS);
+}
+
 /* ------------------------------------------------------------------------ */
 /* Reader-writer locks. */
 
@@ -1667,6 +1743,7 @@ int main(int argc, char** argv) {
     PART(test_glibc_kinds);
     PART(test_timed);
     PART(test_cond);
+    PART(test_cond_cancel_signalled);
     PART(test_rwlock);
     PART(test_spin);
     PART(test_process_shared);
