@@ -52,6 +52,8 @@
 // interpose __register_atfork (what pthread_atfork calls) and register ours
 // before the first other one.
 #include <dlfcn.h>
+#include <fcntl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -139,6 +141,97 @@ constexpr api bootstrap_table = {
 
 // ---------------------------------------------------------------------------
 // Environment.
+//
+// The table is chosen at the first call of any entry point: normally our
+// constructor, after libc's constructor has set up `environ`. But a
+// program's .preinit_array functions, and whatever they call, run before
+// every library constructor, libc's included: `environ` is still null
+// there, and getenv() finds nothing. Then the variables are read from
+// /proc/self/environ instead: the environment the process was started
+// with, which is what `environ` is about to point to. Where that cannot be
+// read either (no /proc mounted), the default is used for the moment, and
+// our constructor reads the variables again once `environ` is set: if they
+// name another table, or a bad value, it stops the program (exit status 2,
+// a message). A value is never silently ignored.
+
+// The variables the library reads at start; null: unset.
+struct environment {
+    const char* stats = nullptr;  // SPINDLE_STATS
+    const char* adopt = nullptr;  // SPINDLE_TCLOCK_ADOPT
+    const char* lock = nullptr;   // SPINDLE_LOCK
+};
+
+environment from_getenv() noexcept {
+    return {getenv("SPINDLE_STATS"), getenv("SPINDLE_TCLOCK_ADOPT"), getenv("SPINDLE_LOCK")};
+}
+
+// Values read from /proc/self/environ. A value longer than the room is
+// kept cut short: no valid value is that long, and it is reported as read.
+struct environment_copy {
+    static constexpr std::size_t room = 256;
+    char stats[room], adopt[room], lock[room];
+};
+
+// Fills e from /proc/self/environ (the first definition of each name, as
+// getenv finds). false: it cannot be read. Raw system calls: read() is
+// interposed by this library (blocking.cpp), and errno stays untouched.
+bool from_proc_environ(environment& e, environment_copy& copy) noexcept {
+    using spindle::detail::raw_syscall6;
+    const long fd = raw_syscall6(SYS_openat, AT_FDCWD, reinterpret_cast<long>("/proc/self/environ"),
+                                 O_RDONLY | O_CLOEXEC, 0, 0, 0);
+    if (fd < 0) return false;
+    struct wanted {
+        const char* prefix;
+        std::size_t len;
+        char* out;
+        const char** slot;
+    } names[] = {{"SPINDLE_STATS=", 14, copy.stats, &e.stats},
+                 {"SPINDLE_TCLOCK_ADOPT=", 21, copy.adopt, &e.adopt},
+                 {"SPINDLE_LOCK=", 13, copy.lock, &e.lock}};
+    // The current entry's first bytes: enough for a name and a value.
+    char entry[32 + environment_copy::room];
+    std::size_t used = 0;  // bytes of the entry seen (entry[] holds the first sizeof entry)
+    auto finish_entry = [&]() noexcept {
+        const std::size_t kept = used < sizeof entry ? used : sizeof entry;
+        for (wanted& w : names) {
+            if (*w.slot != nullptr || kept < w.len || std::memcmp(entry, w.prefix, w.len) != 0) continue;
+            std::size_t n = kept - w.len;
+            if (n > environment_copy::room - 1) n = environment_copy::room - 1;
+            std::memcpy(w.out, entry + w.len, n);
+            w.out[n] = '\0';
+            *w.slot = w.out;
+        }
+        used = 0;
+    };
+    bool ok = true;
+    char buf[1024];
+    for (;;) {
+        const long n = raw_syscall6(SYS_read, fd, reinterpret_cast<long>(buf), sizeof buf, 0, 0, 0);
+        if (n == -EINTR) continue;
+        if (n < 0) {
+            ok = false;
+            break;
+        }
+        if (n == 0) break;
+        for (long i = 0; i < n; ++i) {
+            if (buf[i] == '\0') {
+                finish_entry();
+            } else {
+                if (used < sizeof entry) entry[used] = buf[i];
+                ++used;
+            }
+        }
+    }
+    if (ok && used != 0) finish_entry();  // a last entry without its terminator
+    raw_syscall6(SYS_close, fd, 0, 0, 0, 0, 0);
+    return ok;
+}
+
+// Set when the table was chosen without reading the variables (no environ,
+// no /proc/self/environ); checked by our constructor. relaxed: written before
+// the release that installs the table, read by the constructor after its
+// own initialize() (acquire in current()).
+std::atomic<bool> g_environment_unread{false};
 
 [[noreturn]] void bad_environment(const char* variable, const char* value,
                                   const char* valid) noexcept {
@@ -152,9 +245,11 @@ constexpr api bootstrap_table = {
     _exit(2);
 }
 
-const api* table_from_environment() noexcept {
+// The table e names (a bad value ends the process); with start_stats, the
+// statistics are started if asked for (and the messages about them written).
+const api* table_from(const environment& e, bool start_stats) noexcept {
     bool stats = false;
-    const char* s = getenv("SPINDLE_STATS");
+    const char* s = e.stats;
     if (s != nullptr && s[0] != '\0') {
         if (std::strcmp(s, "1") == 0)
             stats = true;
@@ -163,12 +258,12 @@ const api* table_from_environment() noexcept {
     }
     // Read by the TCLocks themselves (tclock.hpp) at their first contended
     // lock; checked here too, so that a bad value stops the program at start.
-    const char* adopt = getenv("SPINDLE_TCLOCK_ADOPT");
+    const char* adopt = e.adopt;
     if (adopt != nullptr && adopt[0] != '\0' && std::strcmp(adopt, "0") != 0 && std::strcmp(adopt, "1") != 0)
         bad_environment("SPINDLE_TCLOCK_ADOPT", adopt,
                         "0 (a delegated critical section runs as the combiner's thread), 1 (as its own "
                         "thread where the CPU allows; the default)");
-    const char* name = getenv("SPINDLE_LOCK");
+    const char* name = e.lock;
     // Unset: hemlock_park. It costs what hemlock costs while threads have
     // CPUs of their own, and does not collapse when they do not (see
     // algorithms.hpp, "The default").
@@ -179,6 +274,7 @@ const api* table_from_environment() noexcept {
         list_algorithms(valid, sizeof valid);
         bad_environment("SPINDLE_LOCK", name, valid);
     }
+    if (!start_stats) return t;
     if (stats && t->ours && !stats_start()) {
         write_stderr("spindle: SPINDLE_STATS=1: no memory for the statistics; running without\n");
         t = find_table(name, std::strlen(name), false);
@@ -187,6 +283,33 @@ const api* table_from_environment() noexcept {
         write_stderr("spindle: SPINDLE_STATS=1 measures spindle's locks only; SPINDLE_LOCK=pthread "
                      "passes every call to glibc unmeasured\n");
     return t;
+}
+
+const api* table_from_environment() noexcept {
+    if (environ != nullptr) return table_from(from_getenv(), true);
+    environment e;
+    environment_copy copy;
+    if (!from_proc_environ(e, copy)) {
+        e = {};
+        g_environment_unread.store(true, std::memory_order_relaxed);
+    }
+    return table_from(e, true);
+}
+
+// Our constructor, once libc's has set `environ`: if the table was chosen
+// without the variables, they must name that same table.
+void check_unread_environment() noexcept {
+    if (!g_environment_unread.load(std::memory_order_relaxed) || environ == nullptr) return;
+    const api* installed = current();
+    const api* wanted = table_from(from_getenv(), false);  // a bad value ends the process here
+    if (wanted == installed) return;
+    write_stderr("spindle: the program locked before libc had set up its environment, and "
+                 "/proc/self/environ could not be read, so the default lock (hemlock_park) was "
+                 "installed without statistics; the environment asks for SPINDLE_LOCK=");
+    write_stderr(wanted->name);
+    write_stderr(wanted->stats ? " and SPINDLE_STATS=1" : "");
+    write_stderr(", which cannot take effect now (mount /proc, or unset the variables)\n");
+    _exit(2);
 }
 
 // ---------------------------------------------------------------------------
@@ -473,7 +596,10 @@ int old_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m, const struct times
 
 namespace {
 
-__attribute__((constructor(101))) void on_load() noexcept { initialize(); }
+__attribute__((constructor(101))) void on_load() noexcept {
+    initialize();
+    check_unread_environment();
+}
 
 __attribute__((destructor(101))) void on_unload() noexcept {
     if (current()->stats) stats_report();

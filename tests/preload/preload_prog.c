@@ -8,6 +8,8 @@
  *                             exit and a message naming the valid values
  *   preload_prog stats        spawns itself with SPINDLE_STATS=1 on a
  *                             contended workload, expects the report
+ *   preload_prog preinit      (spawned by test_preinit) checks the lock
+ *                             chosen by a lock in a .preinit_array function
  *
  * PRELOAD_PROG_ONLY=test_x runs only that part of the checks (to repeat one);
  * PRELOAD_PROG_HANG_S=N sets the hang detectors' limit (below).
@@ -153,6 +155,26 @@ static void check_layout_held(pthread_mutex_t* m) {
         CHECK(m->__data.__lock != 0);
     }
 }
+
+/* ------------------------------------------------------------------------ */
+/* A first lock before libc has set up the environment: a program's
+ * .preinit_array functions run before every library constructor, libc's
+ * included, and `environ` is still null there. With PRELOAD_PROG_PREINIT=1
+ * in its environment this program locks a mutex from one, so that the
+ * library chooses its table there (test_preinit). */
+static int g_preinit_locked; /* 1: locked in preinit, environ null; 2: environ set */
+static void preinit_lock(int argc, char** argv, char** envp) {
+    (void)argc;
+    (void)argv;
+    int wanted = 0;
+    for (char** e = envp; e != NULL && *e != NULL; ++e)
+        if (strcmp(*e, "PRELOAD_PROG_PREINIT=1") == 0) wanted = 1;
+    if (!wanted) return;
+    static pthread_mutex_t m = PTHREAD_MUTEX_INITIALIZER;
+    if (pthread_mutex_lock(&m) != 0 || pthread_mutex_unlock(&m) != 0) return;
+    g_preinit_locked = environ == NULL ? 1 : 2;
+}
+__attribute__((section(".preinit_array"), used)) static void (*g_preinit)(int, char**, char**) = preinit_lock;
 
 /* ------------------------------------------------------------------------ */
 /* Interposition. */
@@ -1621,9 +1643,10 @@ static void test_fork_glibc_threads(void) {
 /* ------------------------------------------------------------------------ */
 /* Modes that spawn this program again with another environment. */
 
-/* Runs this program with `assignment` (NAME=VALUE) added to the environment
- * and argument `arg`; returns its exit status, its stderr in buf. */
-static int spawn_self(const char* assignment, const char* arg, char* buf, size_t size) {
+/* Runs this program with `assignment` and `also` (NAME=VALUE; `also` may be
+ * null) added to the environment and argument `arg`; returns its exit
+ * status, its stderr in buf. */
+static int spawn_self2(const char* assignment, const char* also, const char* arg, char* buf, size_t size) {
     int fds[2];
     CHECK_EQ(pipe(fds), 0);
     pid_t pid = fork();
@@ -1633,6 +1656,7 @@ static int spawn_self(const char* assignment, const char* arg, char* buf, size_t
         close(fds[0]);
         close(fds[1]);
         putenv((char*)assignment);
+        if (also != NULL) putenv((char*)also);
         execl("/proc/self/exe", "preload_prog", arg, (char*)NULL);
         _exit(127);
     }
@@ -1646,6 +1670,9 @@ static int spawn_self(const char* assignment, const char* arg, char* buf, size_t
     CHECK_EQ(waitpid(pid, &status, 0), pid);
     CHECK(WIFEXITED(status));
     return WEXITSTATUS(status);
+}
+static int spawn_self(const char* assignment, const char* arg, char* buf, size_t size) {
+    return spawn_self2(assignment, NULL, arg, buf, size);
 }
 
 static int bad_env(void) {
@@ -1704,6 +1731,37 @@ static int stats(void) {
     return 0;
 }
 
+/* The program's first lock in a .preinit_array function (see
+ * preinit_lock): SPINDLE_LOCK and SPINDLE_STATS are honoured there too,
+ * and a bad value is still reported. */
+static int preinit_check(void) {
+    CHECK_EQ(g_preinit_locked, 1);
+    CHECK(strcmp(spindle_preload_lock_name(), g_lock) == 0);
+    return 0;
+}
+static void test_preinit(void) {
+    char out[8192];
+    int r = spawn_self2("PRELOAD_PROG_PREINIT=1", NULL, "preinit", out, sizeof out);
+    if (r != 0) fprintf(stderr, "preinit: exit %d, said: %s", r, out);
+    CHECK_EQ(r, 0);
+    r = spawn_self2("PRELOAD_PROG_PREINIT=1", "SPINDLE_LOCK=no-such-lock", "quiet", out, sizeof out);
+    if (r == 0 || strstr(out, "SPINDLE_LOCK=no-such-lock") == NULL)
+        fprintf(stderr, "preinit, SPINDLE_LOCK=no-such-lock: exit %d, said: %s", r, out);
+    CHECK(r != 0);
+    CHECK(strstr(out, "SPINDLE_LOCK=no-such-lock") != NULL);
+    r = spawn_self2("PRELOAD_PROG_PREINIT=1", "SPINDLE_STATS=yes", "quiet", out, sizeof out);
+    if (r == 0 || strstr(out, "SPINDLE_STATS=yes") == NULL)
+        fprintf(stderr, "preinit, SPINDLE_STATS=yes: exit %d, said: %s", r, out);
+    CHECK(r != 0);
+    CHECK(strstr(out, "SPINDLE_STATS=yes") != NULL);
+    r = spawn_self2("PRELOAD_PROG_PREINIT=1", "SPINDLE_STATS=1", "contend", out, sizeof out);
+    const char* expected = g_ours ? "spindle: lock statistics" : "measures spindle's locks only";
+    if (r != 0 || strstr(out, expected) == NULL)
+        fprintf(stderr, "preinit, SPINDLE_STATS=1: exit %d, said: %s", r, out);
+    CHECK_EQ(r, 0);
+    CHECK(strstr(out, expected) != NULL);
+}
+
 int main(int argc, char** argv) {
     const char* env = getenv("SPINDLE_LOCK");
     if (env != NULL && env[0] != '\0') g_lock = env;
@@ -1722,6 +1780,7 @@ int main(int argc, char** argv) {
     early_join(); /* the early library's thread, whatever the mode (checked in test_interposed) */
     if (strcmp(mode, "quiet") == 0) return 0;
     if (strcmp(mode, "contend") == 0) return contended_workload();
+    if (strcmp(mode, "preinit") == 0) return preinit_check();
     test_interposed();
     if (strcmp(mode, "bad-env") == 0) return bad_env();
     if (strcmp(mode, "stats") == 0) return stats();
@@ -1757,6 +1816,7 @@ int main(int argc, char** argv) {
     PART(test_fork_in_section);
     PART(test_fork_cond_wait);
     PART(test_fork_glibc_threads);
+    PART(test_preinit);
 #undef PART
     printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
            g_iters);
