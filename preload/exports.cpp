@@ -493,6 +493,7 @@ void atfork_child() noexcept {
     if (!t->ours) return;  // glibc's locks, or nothing locked by us yet
     const api* parent = g_parent_table.load(std::memory_order_relaxed);
     if (parent == nullptr) parent = t;  // else: a fork from a child in child mode
+    if (parent->stats) stats_forget();  // the child counts, and reports, its own locks only
     g_child_parent = parent;
     g_child_ops = *parent;
     g_child_ops.mutex_unlock = &child_mutex_unlock;

@@ -227,6 +227,9 @@ void stats_record(const void* object, object_kind kind, bool contended,
                   std::uint64_t wait_ns) noexcept;
 // Prints the report on stderr (library destructor).
 void stats_report() noexcept;
+// Zeroes every count: in a fork child, from the child handler, while the
+// child has one thread (the child reports its own locks, not the parent's).
+void stats_forget() noexcept;
 // The monotonic clock in nanoseconds.
 std::uint64_t now_ns() noexcept;
 

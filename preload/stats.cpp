@@ -10,6 +10,10 @@
 // are counted together as "other". A mutex destroyed and another created at
 // the same address share a slot, as in lockstat.
 //
+// A fork child starts from zero (stats_forget, from the child handler): its
+// report, printed at its exit under its own pid, counts its own locks only,
+// not the parent's counts that fork() copied.
+//
 // The report goes to a copy of stderr taken when statistics start: programs
 // such as xz and GNU coreutils close stderr at exit (to catch write errors)
 // before library destructors run.
@@ -147,6 +151,21 @@ bool stats_start() noexcept {
         if (fd >= 0 && g_report_fd.load(std::memory_order_relaxed) != fd) ::close(fd);
     }
     return true;
+}
+
+void stats_forget() noexcept {
+    slot* slots = g_slots.load(std::memory_order_acquire);  // as in find
+    if (slots != nullptr) {
+        // The side table is private anonymous memory: MADV_DONTNEED gives
+        // the child fresh zero pages in place (and drops the copies fork
+        // would make as the child writes).
+        if (madvise(slots, slot_count * sizeof(slot), MADV_DONTNEED) != 0)
+            std::memset(static_cast<void*>(slots), 0, slot_count * sizeof(slot));
+    }
+    // relaxed: the child has one thread (see the header of stats_forget).
+    g_other.acquisitions.store(0, std::memory_order_relaxed);
+    g_other.contended.store(0, std::memory_order_relaxed);
+    g_other.wait_ns.store(0, std::memory_order_relaxed);
 }
 
 void stats_record(const void* object, object_kind kind, bool contended,

@@ -1715,6 +1715,43 @@ static int contended_workload(void) {
     return 0;
 }
 
+/* SPINDLE_STATS=1 in a fork child: the child's report counts the child's
+ * locks only, not the parent's counters copied by fork(). The contended
+ * workload runs first, then a child locks one mutex of its own three times
+ * and exits (its destructors print its report). */
+static int contended_then_fork(void) {
+    contended_workload();
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        child_deadline();
+        static pthread_mutex_t own = PTHREAD_MUTEX_INITIALIZER;
+        for (int i = 0; i < 3; ++i) {
+            if (pthread_mutex_lock(&own) != 0 || pthread_mutex_unlock(&own) != 0) _exit(1);
+        }
+        fprintf(stderr, "stats-fork: child pid %d\n", (int)getpid());
+        exit(0);
+    }
+    wait_child(pid, "SPINDLE_STATS=1 in a fork child");
+    return 0;
+}
+static void test_stats_fork(void) {
+    char out[16384];
+    int r = spawn_self("SPINDLE_STATS=1", "contend-fork", out, sizeof out);
+    int child = 0;
+    const char* at = strstr(out, "stats-fork: child pid ");
+    if (at != NULL) child = atoi(at + strlen("stats-fork: child pid "));
+    char head[96];
+    snprintf(head, sizeof head, "spindle: lock statistics, pid %d,", child);
+    const char* report = strstr(out, head);
+    const char* line2 = report != NULL ? strchr(report, '\n') : NULL;
+    int ok = r == 0 && child > 0;
+    if (g_ours)
+        ok = ok && line2 != NULL && strncmp(line2 + 1, "spindle: 1 locks, 3 acquisitions,", 33) == 0;
+    if (!ok) fprintf(stderr, "SPINDLE_STATS=1, fork: exit %d, said:\n%s", r, out);
+    CHECK(ok);
+}
+
 static int stats(void) {
     char out[8192];
     int r = spawn_self("SPINDLE_STATS=1", "contend", out, sizeof out);
@@ -1780,6 +1817,7 @@ int main(int argc, char** argv) {
     early_join(); /* the early library's thread, whatever the mode (checked in test_interposed) */
     if (strcmp(mode, "quiet") == 0) return 0;
     if (strcmp(mode, "contend") == 0) return contended_workload();
+    if (strcmp(mode, "contend-fork") == 0) return contended_then_fork();
     if (strcmp(mode, "preinit") == 0) return preinit_check();
     test_interposed();
     if (strcmp(mode, "bad-env") == 0) return bad_env();
@@ -1817,6 +1855,7 @@ int main(int argc, char** argv) {
     PART(test_fork_cond_wait);
     PART(test_fork_glibc_threads);
     PART(test_preinit);
+    PART(test_stats_fork);
 #undef PART
     printf("preload_prog [%s]: %d threads, %ld iterations: all checks passed\n", g_lock, g_threads,
            g_iters);
