@@ -5,9 +5,16 @@
 // spinlock uses the lock of the chosen family that fits in 32 bits
 // (algorithms.hpp): spindle::tas_lock / ttas_lock (and their park twins)
 // as they are, and for the FIFO families ticket_spin below, a ticket lock in
-// one word. All keep 0 as "unlocked" (glibc's pthread_spin_init writes 0
-// too) and work between processes (no addresses inside), so process-shared
-// spinlocks need nothing special.
+// one word. All keep 0 as "unlocked" and work between processes of ours
+// (no addresses inside), so process-shared spinlocks need nothing special.
+//
+// glibc's encoding is the other way round: on x86-64 its pthread_spin_init
+// writes 1, and 1 is unlocked, 0 locked (lock decrements, unlock stores 1).
+// Nothing here reads a word glibc wrote: every pthread_spin_init of a
+// preloaded process is ours (and the fork child's reset writes our 0). But a
+// spinlock in memory shared with a process that is not preloaded is
+// incompatible (README, LD_PRELOAD limits): ours would see glibc's unlocked 1
+// as held, glibc ours as locked.
 #pragma once
 
 #include <atomic>
