@@ -80,6 +80,17 @@
 //                   reader's CPU time, see leveldb_measure). T in {1, 2} (quick) or {1, 2, 4,
 //                   8} (full; --leveldb-threads LIST). Skipped with a message
 //                   when the preload library or the driver is not built.
+//   preload_spin    pthread_spin_lock/unlock of a plain program (this one,
+//                   run as a child: --spin-child), T threads on one
+//                   spinlock, each loop { lock; one shared line + 1; unlock },
+//                   under plain glibc (the reference) and under
+//                   LD_PRELOAD=libspindle_preload.so with each SPINDLE_LOCK
+//                   value; one process per measurement, interleaved round
+//                   by round. T in {1, 2, 4} x the CPUs (--spin-threads
+//                   LIST); ops_per_s. The targets print the ratio of the
+//                   medians to glibc's (and the median of the per-round
+//                   ratios): the park families and the default promise
+//                   glibc's rate when threads outnumber CPUs.
 //
 // Competitors, all in this one program and interleaved by the harness:
 // every lock of the spindle lock library, named as its type without the
@@ -108,6 +119,7 @@
 //   --preload-locks LIST           the SPINDLE_LOCK values to measure
 //                                  (default: every one the library has)
 //   --leveldb-driver PATH          default: next to this program
+//   --spin-threads LIST            preload_spin thread counts
 // At the end the targets are printed on stderr with the ratios this
 // run measured (medians of per-round ratios: the harness measures every
 // variant once per round).
@@ -136,6 +148,7 @@
 #include <utility>
 #include <vector>
 
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
@@ -581,6 +594,7 @@ struct run_options {
     std::string preload;
     std::string driver;
     std::vector<std::string> preload_locks;  // SPINDLE_LOCK values; empty: all
+    std::vector<unsigned> spin_threads;      // preload_spin; empty: 1, 2, 4 x the CPUs
 };
 
 bool lock_wanted(const run_options& o, const std::string& name) {
@@ -896,6 +910,20 @@ std::vector<std::string> preload_values(const std::string& driver, const std::st
     return v;
 }
 
+// libspindle_preload.so: --preload, SPINDLE_PRELOAD_LIB, else the one this
+// build made.
+std::string preload_library(const run_options& o) {
+#ifdef SPINDLE_BENCH_PRELOAD_LIBRARY
+    const std::string built = SPINDLE_BENCH_PRELOAD_LIBRARY;
+#else
+    const std::string built = exe_dir() + "/../preload/libspindle_preload.so";
+#endif
+    std::string preload = o.preload.empty() ? built : o.preload;
+    std::error_code ec;
+    if (auto c = std::filesystem::weakly_canonical(preload, ec); !ec) preload = c.string();
+    return preload;
+}
+
 void bench_leveldb(harness& h, const run_options& o) {
     const std::string driver = o.driver.empty() ? exe_dir() + "/spindle_leveldb_driver" : o.driver;
     if (access(driver.c_str(), X_OK) != 0) {
@@ -905,14 +933,7 @@ void bench_leveldb(harness& h, const run_options& o) {
                      driver.c_str());
         return;
     }
-#ifdef SPINDLE_BENCH_PRELOAD_LIBRARY
-    const std::string built = SPINDLE_BENCH_PRELOAD_LIBRARY;
-#else
-    const std::string built = exe_dir() + "/../preload/libspindle_preload.so";
-#endif
-    std::string preload = o.preload.empty() ? built : o.preload;
-    std::error_code ec;
-    if (auto c = std::filesystem::weakly_canonical(preload, ec); !ec) preload = c.string();
+    const std::string preload = preload_library(o);
     const bool have_preload = access(preload.c_str(), R_OK) == 0;
     std::vector<std::string> locks;
     if (!have_preload) {
@@ -977,6 +998,60 @@ void bench_leveldb(harness& h, const run_options& o) {
                          100 * harness::summarize("", shares).median, std::min(t, g_cpus), 100 * shares.front());
     }
     remove_tmp_dir();
+}
+
+// ---------------------------------------------------------------------------
+// preload_spin
+
+std::map<unsigned, std::vector<summary>> g_spin_results;  // threads -> summaries
+
+// One measurement: ops/s of `spindle_bench_locks --spin-child` under `lock`
+// (empty: glibc), checked to have used that lock.
+double spin_measure(const std::string& self, const std::vector<std::string>& args, const std::string& preload,
+                    const std::string& lock) {
+    const std::string what = lock.empty() ? "under glibc" : "under SPINDLE_LOCK=" + lock + " LD_PRELOAD=" + preload;
+    const std::string out = driver_ok(run_driver(self, args, preload, lock, 60), what);
+    const std::string from = field(out, "spin_from"), used = field(out, "lock");
+    if (lock.empty() ? from.find("spindle") != std::string::npos || used != "glibc"
+                     : from.find("spindle_preload") == std::string::npos || used != lock)
+        fail("preload_spin: %s, pthread_spin_lock came from %s and the lock was %s", what.c_str(), from.c_str(),
+             used.c_str());
+    return std::strtod(field(out, "ops_per_s").c_str(), nullptr);
+}
+
+void bench_preload_spin(harness& h, const run_options& o) {
+    const std::string self = exe_dir() + "/spindle_bench_locks";
+    const std::string preload = preload_library(o);
+    if (access(preload.c_str(), R_OK) != 0) {
+        std::fprintf(stderr,
+                     "locks/preload_spin: SKIPPED: no preload library at %s (build preload/, or name it with "
+                     "--preload PATH or SPINDLE_PRELOAD_LIB)\n",
+                     preload.c_str());
+        return;
+    }
+    std::vector<std::string> locks;
+    for (const std::string& l : o.preload_locks.empty() ? preload_values(self, preload) : o.preload_locks)
+        if (lock_wanted(o, l == "pthread" ? "preload_pthread" : l)) locks.push_back(l);
+    std::vector<unsigned> ts = o.spin_threads;
+    if (ts.empty()) ts = {g_cpus, 2 * g_cpus, 4 * g_cpus};
+    const unsigned window_ms = static_cast<unsigned>(o.window_ms > 0 ? o.window_ms : (h.quick() ? 100 : 300));
+    const std::string common = "pthread_spin_lock; one shared line + 1; pthread_spin_unlock, in a loop, on one "
+                               "pthread_spinlock_t; " +
+                               std::to_string(window_ms) + " ms after 20 ms of warm-up; one process per measurement";
+    for (unsigned t : ts) {
+        const std::vector<std::string> args{"--spin-child", std::to_string(t), std::to_string(window_ms), "20"};
+        std::vector<variant> vs;
+        vs.push_back(variant(
+            "glibc", [=] { return spin_measure(self, args, preload, ""); }, true,
+            "plain glibc pthread_spin_* (no LD_PRELOAD); " + common));
+        for (const std::string& l : locks)
+            vs.push_back(variant(
+                l == "pthread" ? "preload_pthread" : l, [=] { return spin_measure(self, args, preload, l); }, false,
+                "LD_PRELOAD=libspindle_preload.so SPINDLE_LOCK=" + l +
+                    (l == "pthread" ? " (pass-through to glibc: the interposition's own cost)" : "")));
+        g_spin_results[t] = h.compare("preload_spin", {{"threads", t}, {"cpus", g_cpus}}, {"ops_per_s", true}, vs,
+                                      h.reps(5, 7));
+    }
 }
 
 // ---------------------------------------------------------------------------
@@ -1059,6 +1134,29 @@ void print_targets(const results& res, const run_options& o) {
             target_line(&ss, e.name, "pthread", goal::none, 0);
         }
     }
+    if (!g_spin_results.empty()) {
+        std::fprintf(stderr,
+                     "  preload_spin, pthread_spin_* on %u CPU(s) (ops/s; X / glibc: the ratio of the medians, "
+                     "then the median of the per-round ratios; the park values and tclock_blocking promise "
+                     "glibc's rate):\n",
+                     g_cpus);
+        for (const auto& [t, ss] : g_spin_results) {
+            std::fprintf(stderr, "   threads=%u:\n", t);
+            const summary* ref = nullptr;
+            for (const summary& s : ss)
+                if (s.variant == "glibc") ref = &s;
+            for (const summary& s : ss) {
+                if (ref == nullptr || &s == ref || !(ref->median > 0)) continue;
+                const bool parks = s.variant == "tclock_blocking" ||
+                                   (s.variant.size() > 5 && s.variant.compare(s.variant.size() - 5, 5, "_park") == 0);
+                const double r = s.median / ref->median;
+                const std::optional<double> per_round = round_ratio(ss, s.variant, "glibc");
+                std::fprintf(stderr, "    %s / glibc = %.3g (per round %.3g; %.3g vs %.3g M/s)%s\n",
+                             s.variant.c_str(), r, per_round.value_or(0), s.median / 1e6, ref->median / 1e6,
+                             !parks ? "" : r >= 0.8 ? " (target >= 0.8): met" : " (target >= 0.8): MISSED");
+            }
+        }
+    }
     if (!g_leveldb_results.empty()) {
         std::fprintf(stderr, "  leveldb readrandom (ops/s; X / glibc):\n");
         for (const auto& [t, ss] : g_leveldb_results) {
@@ -1093,7 +1191,7 @@ run_options take_own_args(int& argc, char** argv) {
         "spindle_bench_locks also takes: [--threads 1,2,4] [--sections 0:0,2:200] "
         "[--oversubscribed-threads N] [--window-ms N] [--locks hemlock,mcs,pthread,...] "
         "[--leveldb-threads 1,2] [--leveldb-seconds S] [--preload PATH] "
-        "[--preload-locks hemlock,mcs,...] [--leveldb-driver PATH]",
+        "[--preload-locks hemlock,mcs,...] [--leveldb-driver PATH] [--spin-threads 2,4,8]",
         fail,
         {
             {"--threads", [&](const std::string& v) { o.threads = parse_list(v, "thread count", 1); }},
@@ -1117,13 +1215,86 @@ run_options take_own_args(int& argc, char** argv) {
             {"--preload", [&](const std::string& v) { o.preload = v; }},
             {"--preload-locks", [&](const std::string& v) { o.preload_locks = parse_names(v); }},
             {"--leveldb-driver", [&](const std::string& v) { o.driver = v; }},
+            {"--spin-threads", [&](const std::string& v) { o.spin_threads = parse_list(v, "thread count", 1); }},
         });
     return o;
+}
+
+// ---------------------------------------------------------------------------
+// preload_spin's child
+
+// The child side: `--spin-child T WINDOW_MS WARMUP_MS` runs the loop and
+// prints "preload_spin threads=T ops=N ops_per_s=X spin_from=FILE lock=NAME"
+// (FILE: the object pthread_spin_lock resolved to; NAME: the preload
+// library's lock, "glibc" without it). `--probe` prints only the last two.
+// The spinlock and the shared line each sit alone on a 128-byte block.
+extern "C" const char* spindle_preload_lock_name() __attribute__((weak));
+
+int spin_child(int argc, char** argv) {
+    Dl_info info{};
+    void* fn = dlsym(RTLD_DEFAULT, "pthread_spin_lock");
+    const char* from = fn != nullptr && dladdr(fn, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "?";
+    const char* lock = spindle_preload_lock_name != nullptr ? spindle_preload_lock_name() : "glibc";
+    if (std::strcmp(argv[1], "--probe") == 0) {
+        std::printf("spin_from=%s lock=%s\n", from, lock);
+        return 0;
+    }
+    if (argc != 5) fail("usage: spindle_bench_locks --spin-child THREADS WINDOW_MS WARMUP_MS");
+    const unsigned threads = parse_list(argv[2], "thread count", 1).front();
+    const double window_ns = parse_positive(argv[3], "window") * 1e6;
+    const double warmup_ns = parse_positive(argv[4], "warm-up") * 1e6;
+    struct alignas(block) spin_home {
+        pthread_spinlock_t l;
+    };
+    auto home = std::make_unique<spin_home>();
+    auto line = std::make_unique<shared_line>();
+    auto counts = std::make_unique<op_counter[]>(threads);
+    auto go = std::make_unique<flag>();
+    auto stop = std::make_unique<flag>();
+    if (pthread_spin_init(&home->l, PTHREAD_PROCESS_PRIVATE) != 0) fail("pthread_spin_init");
+    std::vector<std::thread> ts;
+    for (unsigned t = 0; t < threads; ++t)
+        ts.emplace_back([&, t] {
+            std::atomic<std::uint64_t>& mine = counts[t].ops;
+            // acquire: pairs with the gate's release (the usual pairing).
+            while (!go->on.load(std::memory_order_acquire)) std::this_thread::yield();
+            std::uint64_t n = 0;
+            // relaxed: as in run_lock.
+            while (!stop->on.load(std::memory_order_relaxed)) {
+                pthread_spin_lock(&home->l);
+                ++line->n;
+                __asm__ volatile("" ::: "memory");
+                pthread_spin_unlock(&home->l);
+                mine.store(++n, std::memory_order_relaxed);
+            }
+        });
+    auto total = [&] {
+        std::uint64_t sum = 0;
+        for (unsigned t = 0; t < threads; ++t) sum += counts[t].ops.load(std::memory_order_relaxed);
+        return sum;
+    };
+    go->on.store(true, std::memory_order_release);
+    std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(warmup_ns));
+    const double t0 = now_ns();
+    const std::uint64_t c0 = total();
+    std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(window_ns));
+    const std::uint64_t c1 = total();
+    const double t1 = now_ns();
+    stop->on.store(true, std::memory_order_relaxed);
+    for (auto& th : ts) th.join();
+    if (line->n != total()) fail("--spin-child: the spinlock let two threads in (%llu != %llu)",
+                                 static_cast<unsigned long long>(line->n), static_cast<unsigned long long>(total()));
+    pthread_spin_destroy(&home->l);
+    std::printf("preload_spin threads=%u ops=%llu ops_per_s=%.0f spin_from=%s lock=%s\n", threads,
+                static_cast<unsigned long long>(c1 - c0), static_cast<double>(c1 - c0) * 1e9 / (t1 - t0), from, lock);
+    return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (argc > 1 && (std::strcmp(argv[1], "--spin-child") == 0 || std::strcmp(argv[1], "--probe") == 0))
+        return spin_child(argc, argv);
     run_options o = take_own_args(argc, argv);
     harness h(argc, argv, "locks");
     g_cpus = std::max(1u, std::thread::hardware_concurrency());
@@ -1133,6 +1304,7 @@ int main(int argc, char** argv) {
     if (h.wants("oversubscribed")) bench_mutex(h, o, res, "oversubscribed");
     if (h.wants("space")) bench_space(h, o);
     if (h.wants("leveldb")) bench_leveldb(h, o);
+    if (h.wants("preload_spin")) bench_preload_spin(h, o);
     print_targets(res, o);
     return 0;
 }
