@@ -9,8 +9,8 @@
 //     ticket                spindle::ticket_lock              ticket_spin
 //     tas                   spindle::tas_lock                 spindle::tas_lock
 //     ttas                  spindle::ttas_lock                spindle::ttas_lock
-//     <each of those>_park  its spin-then-futex twin          the same as above
-//                           (hemlock_park, mcs_park_lock...)
+//     <each of those>_park  its spin-then-futex twin          tas_park: spindle::tas_lock;
+//                           (hemlock_park, mcs_park_lock...)  the others: spindle::ttas_lock
 //                           hemlock_park is the default
 //     tclock                spindle::tclock (TCLock-SP)        spindle::ttas_lock
 //     tclock_blocking       spindle::tclock_blocking (TCLock-B) spindle::ttas_lock
@@ -29,11 +29,21 @@
 // spinlock is ttas_lock, the nearest 4-byte relative of their
 // test-and-set gate.
 //
-// pthread_spinlock_t is 4 bytes: only the 32-bit locks fit, so the FIFO
-// families use ticket_spin (spin.hpp), the FIFO lock that fits. And a
+// pthread_spinlock_t is 4 bytes: only the 32-bit locks fit, so the spinning
+// FIFO families use ticket_spin (spin.hpp), the FIFO lock that fits. And a
 // spinlock never sleeps, in the park families too: the park twins sleep on
 // private futexes, and a spinlock may be process-shared with nothing in its
 // one word to say so (a sleeper in another process would never be woken).
+//
+// The park families' spinlock is ttas_lock, not ticket_spin: they are for
+// more threads than CPUs, and there a FIFO spinlock hands the lock to a
+// waiter that is likely preempted while every thread behind it spins
+// (bench/locks preload_spin, 2-8 threads on 2 CPUs: ticket_spin 0.006-0.03x
+// glibc's pthread_spin_lock, 0.12-0.34 M lock/unlock per second). A thread
+// that is running takes a free ttas_lock, as with glibc's spinlock, which
+// is not fair either; what the park twins add for mutexes -- bounded
+// unfairness through a handoff -- needs a sleeping waiter, which a
+// spinlock does not have.
 //
 // Not offered: hemlock_aho. Its unlock still writes the lock word after the
 // successor may have taken, released and freed the lock (locks/hemlock.hpp),
@@ -76,19 +86,19 @@ namespace spindle::preload {
     };
 
 SPINDLE_PRELOAD_ALGORITHM(hemlock, spindle::hemlock, ticket_spin, nullptr)
-SPINDLE_PRELOAD_ALGORITHM(hemlock_park, spindle::hemlock_park, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(hemlock_park, spindle::hemlock_park, spindle::ttas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(hemlock_naive, spindle::hemlock_naive, ticket_spin, nullptr)
-SPINDLE_PRELOAD_ALGORITHM(hemlock_naive_park, spindle::hemlock_naive_park, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(hemlock_naive_park, spindle::hemlock_naive_park, spindle::ttas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(hemlock_overlap, spindle::hemlock_overlap, ticket_spin,
                           &spindle::hemlock_overlap::drain_own_grant)
-SPINDLE_PRELOAD_ALGORITHM(hemlock_overlap_park, spindle::hemlock_overlap_park, ticket_spin,
+SPINDLE_PRELOAD_ALGORITHM(hemlock_overlap_park, spindle::hemlock_overlap_park, spindle::ttas_lock,
                           &spindle::hemlock_overlap_park::drain_own_grant)
 SPINDLE_PRELOAD_ALGORITHM(mcs, spindle::mcs_lock, ticket_spin, nullptr)
-SPINDLE_PRELOAD_ALGORITHM(mcs_park, spindle::mcs_park_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(mcs_park, spindle::mcs_park_lock, spindle::ttas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(clh, spindle::clh_lock, ticket_spin, nullptr)
-SPINDLE_PRELOAD_ALGORITHM(clh_park, spindle::clh_park_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(clh_park, spindle::clh_park_lock, spindle::ttas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(ticket, spindle::ticket_lock, ticket_spin, nullptr)
-SPINDLE_PRELOAD_ALGORITHM(ticket_park, spindle::ticket_park_lock, ticket_spin, nullptr)
+SPINDLE_PRELOAD_ALGORITHM(ticket_park, spindle::ticket_park_lock, spindle::ttas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(tas, spindle::tas_lock, spindle::tas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(tas_park, spindle::tas_park_lock, spindle::tas_lock, nullptr)
 SPINDLE_PRELOAD_ALGORITHM(ttas, spindle::ttas_lock, spindle::ttas_lock, nullptr)

@@ -2,11 +2,11 @@
 //
 // pthread_spinlock_t is one int, 4 bytes: a Hemlock tail pointer or an MCS
 // or CLH tail does not fit, nor does spindle::ticket_lock (two words). So a
-// spinlock uses the lock of the chosen family that fits in 32 bits
-// (algorithms.hpp): spindle::tas_lock / ttas_lock (and their park twins)
-// as they are, and for the FIFO families ticket_spin below, a ticket lock in
-// one word. All keep 0 as "unlocked" and work between processes of ours
-// (no addresses inside), so process-shared spinlocks need nothing special.
+// spinlock uses a lock that fits in 32 bits (algorithms.hpp): for the
+// spinning FIFO families ticket_spin below, a ticket lock in one word; for
+// tas and tas_park spindle::tas_lock; for everything else (ttas, the park
+// families, the TCLocks) spindle::ttas_lock. All keep 0 as "unlocked" and
+// work between processes of ours (no addresses inside).
 //
 // glibc's encoding is the other way round: on x86-64 its pthread_spin_init
 // writes 1, and 1 is unlocked, 0 locked (lock decrements, unlock stores 1).
