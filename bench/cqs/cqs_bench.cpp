@@ -979,9 +979,10 @@ void bench_abort(harness& h, const run_options& o) {
             // Speed-up over the linear queue: ratios within each round.
             auto lin = at_q.find("linear_removal");
             if (lin == at_q.end()) continue;
+            if (!lin->second->measured()) continue;
             for (const char* name : {"spindle_simple", "spindle_smart"}) {
                 auto it = at_q.find(name);
-                if (it == at_q.end()) continue;
+                if (it == at_q.end() || !it->second->measured()) continue;
                 const std::vector<double>& a = lin->second->samples;
                 const std::vector<double>& b = it->second->samples;
                 std::vector<double> ratios;

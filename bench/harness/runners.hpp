@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -134,6 +135,9 @@ double threads_run(unsigned threads, int n, Body& body) {
 // Run fn() (returning std::vector<double>) in a forked child and return what
 // it returned. The child ends with _exit: Boost's process-static scheduler
 // registry is never torn down, and the parent never touches Boost.Fiber.
+// The harness's watchdog knows the child (watch_child) and kills it if the
+// measurement hangs; a child that outlives child_timeout_s (SIGALRM) makes
+// the measurement hung.
 template <class Fn>
 std::vector<double> in_child(const char* what, Fn fn) {
     int fds[2];
@@ -141,6 +145,7 @@ std::vector<double> in_child(const char* what, Fn fn) {
     std::fflush(nullptr);
     pid_t pid = fork();
     if (pid < 0) fail("%s: fork: %s", what, std::strerror(errno));
+    if (pid > 0) watch_child(pid);
     if (pid == 0) {
         close(fds[0]);
         alarm(child_timeout_s);
@@ -170,9 +175,11 @@ std::vector<double> in_child(const char* what, Fn fn) {
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) fail("%s: waitpid: %s", what, std::strerror(errno));
-    if (WIFSIGNALED(status))
-        fail("%s: child killed by signal %d%s", what, WTERMSIG(status),
-             WTERMSIG(status) == SIGALRM ? " (timed out)" : "");
+    forget_child(pid);
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
+        measurement_hung(std::string(what) + ": its child process did not finish within " +
+                         std::to_string(child_timeout_s) + " s");
+    if (WIFSIGNALED(status)) fail("%s: child killed by signal %d", what, WTERMSIG(status));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail("%s: child failed with status %d", what, WEXITSTATUS(status));
     std::vector<double> v(bytes.size() / sizeof(double));

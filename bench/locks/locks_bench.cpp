@@ -777,7 +777,9 @@ struct child_output {
 // preload library with SPINDLE_LOCK=lock. The environment is ours without
 // LD_PRELOAD and SPINDLE_LOCK, plus those two where asked. Its stdout is
 // returned; its stderr too when `keep_stderr` (else it goes to ours). A
-// driver that has not finished within `limit_s` is killed and fails the run.
+// driver that has not finished within `limit_s` is killed; within a
+// measurement the variant is then recorded as hung (measurement_hung),
+// elsewhere (the fill, the probes) the run fails.
 child_output run_driver(const std::string& driver, const std::vector<std::string>& args, const std::string& preload,
                         const std::string& lock, double limit_s, bool keep_stderr = false) {
     std::vector<std::string> env_store;
@@ -811,6 +813,7 @@ child_output run_driver(const std::string& driver, const std::vector<std::string
     close(out_fds[1]);
     if (keep_stderr) close(err_fds[1]);
     if (err != 0) fail("leveldb: cannot run %s: %s", driver.c_str(), std::strerror(err));
+    spindle::bench::watch_child(pid);  // killed by the harness's watchdog if the measurement hangs
     child_output r;
     pollfd pfds[2] = {{out_fds[0], POLLIN, 0}, {err_fds[0], POLLIN, 0}};
     std::string* sinks[2] = {&r.out, &r.err};
@@ -821,9 +824,12 @@ child_output run_driver(const std::string& driver, const std::vector<std::string
         if (left_ms <= 0) {
             kill(pid, SIGKILL);
             waitpid(pid, nullptr, 0);
-            fail("leveldb: %s %s did not finish within %.0f s (%s)", driver.c_str(),
-                 args.empty() ? "" : args.front().c_str(), limit_s,
-                 lock.empty() ? "glibc" : ("SPINDLE_LOCK=" + lock).c_str());
+            spindle::bench::forget_child(pid);
+            char why[512];
+            std::snprintf(why, sizeof why, "leveldb: %s %s did not finish within %.0f s (%s)", driver.c_str(),
+                          args.empty() ? "" : args.front().c_str(), limit_s,
+                          lock.empty() ? "glibc" : ("SPINDLE_LOCK=" + lock).c_str());
+            spindle::bench::measurement_hung(why);  // or fails the run, outside a measurement
         }
         const int k = poll(pfds, keep_stderr ? 2 : 1, static_cast<int>(std::min(left_ms, 1000.0)) + 1);
         if (k < 0 && errno != EINTR) fail("leveldb: poll: %s", std::strerror(errno));
@@ -845,6 +851,7 @@ child_output run_driver(const std::string& driver, const std::vector<std::string
     int status = 0;
     while (waitpid(pid, &status, 0) < 0)
         if (errno != EINTR) fail("leveldb: waitpid: %s", std::strerror(errno));
+    spindle::bench::forget_child(pid);
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return r;
 }
