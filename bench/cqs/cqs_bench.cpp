@@ -82,6 +82,29 @@
 //              memory, live segments x sizeof(cqs_segment) / Q, exact; a
 //              cell is 16 bytes, and the waiter's record (cqs_wait) lives on
 //              its fiber's stack.
+//   hang_freedom  Does a primitive lose a wake-up? Short contended rounds,
+//              repeated many times, each with a time budget, for spindle
+//              (fibers and threads) and the standard library: 8 actors;
+//              semaphore: 1 permit, per round each actor 4 x { acquire;
+//              500 ns of work; release }; latch: per round each actor
+//              arrive_and_wait()s on the round's latch (count 8); barrier:
+//              per round each actor arrive_and_wait()s 4 times. Rounds
+//              follow one another at once (the last actor to finish round r
+//              opens r + 1 at a spinning gate, which cannot lose a wake-up),
+//              500 rounds of one variant in a row, the variants interleaved
+//              (A B C, B C A, ...), up to 100 000 rounds each or until 3 s
+//              (--full: 1 000 000, 20 s) per primitive have passed. Every
+//              round runs in a forked child (one child runs rounds until one
+//              hangs; the next goes on from the round after it: a hung
+//              thread cannot be cancelled, its process can be killed). A
+//              round hangs when it makes no progress (no call entered or
+//              returned) for its budget (2 s), or, on threads, for 300 ms
+//              while its state shows a lost wake-up: every actor still in
+//              the round sleeps (/proc says so) inside the primitive, and
+//              the primitive says it should have returned -- a free permit
+//              and nobody holding one, an open latch, a phase every party
+//              has arrived at. Records: metric rounds_finished, reps = the
+//              rounds attempted, "hung_rounds", and the reasons in the note.
 //   pool       T actors each run: { work; e = take(); work; put(e) } (§6.4:
 //              "the same benchmark as for semaphores", with elements), on a
 //              pool of N elements (param pool_size), the indices 0 .. N-1.
@@ -160,6 +183,12 @@
 //   --queued LIST      abort: waiters already queued
 //   --abort-waiter W   abort: thread, fiber or both (default)
 //   --variants LIST    only these variants
+//   --hf-rounds N      hang_freedom: rounds per variant at most
+//   --hf-seconds S     hang_freedom: time per primitive (checked between
+//                      cycles of batches, and after a hang)
+//   --hf-round-ms MS   hang_freedom: a round's budget
+//   --hf-test-stall V:R  test only: in round R of each of its batches, one
+//                      actor of variant V blocks forever outside the primitive
 // Quick defaults: barrier P in {2, 4, 8}, work 200 ns; latch T in {1, 2, 4},
 // C = 64; semaphore K in {1, 4, 16} x T in {1, 2, 4, 8}; pool N in {1, 4,
 // 16} x T in {1, 2, 4, 8}; abort Q in {0, 10, 100, 1000, 10000, 100000}, 11
@@ -216,6 +245,7 @@
 #include <utility>
 #include <vector>
 
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/types.h>
@@ -258,6 +288,10 @@ struct run_options {
     std::vector<unsigned> permits;  // empty: the mode's default
     std::vector<unsigned> queued;   // empty: the mode's default
     std::vector<unsigned> pool_sizes;  // empty: the mode's default
+    long hf_rounds = 0;             // hang_freedom: rounds per variant at most; 0: the mode's default
+    double hf_seconds = 0;          // hang_freedom: time per primitive; 0: the mode's default
+    double hf_round_ms = 0;         // hang_freedom: a round's budget; 0: the default
+    std::string hf_test_stall;      // hang_freedom, test only: "VARIANT:ROUND"
 };
 
 spindle::bench::variant_filter g_variants;  // --variants
@@ -1209,6 +1243,486 @@ void bench_pool(harness& h, const run_options& o) {
 }
 
 // ---------------------------------------------------------------------------
+// hang_freedom (see the header essay)
+
+constexpr int hf_actors = 8;            // actors of every round
+constexpr int hf_sem_ops = 4;           // semaphore: acquire + release per actor per round
+constexpr int hf_barrier_phases = 4;    // barrier: phases per round
+constexpr double hf_sem_cs_ns = 500;    // semaphore: work while holding the permit
+constexpr long hf_batch_rounds = 500;   // rounds of one variant in a row (one harness-like "measurement")
+constexpr double hf_stall_ms = 300;     // no progress this long, and the state shows a lost wake-up: hung
+constexpr double hf_poll_ms = 2;        // the supervisor's look at the actors
+
+// One actor's state, on a cache line of its own; the actor writes it
+// (relaxed: the supervisor reads it only after it has stopped changing for
+// hf_stall_ms), the supervisor reads it.
+struct alignas(spindle::arch::cache_line) hf_actor {
+    std::atomic<long> entered{0};      // blocking calls entered (acquire, wait, arrive_and_wait)
+    std::atomic<long> returned{0};     // ... and returned from: entered - returned == 1 inside one
+    std::atomic<long> rounds_done{0};  // the batch's rounds it has finished
+    std::atomic<long> round{-1};       // the round it is in
+    std::atomic<int> holds{0};         // semaphore: 1 while it holds the permit
+    std::atomic<pid_t> tid{0};         // its OS thread (thread variants)
+};
+
+// The scheduling state of thread `tid` of this process, as /proc has it:
+// 'S' sleeping (a futex wait), 'R' running or runnable, ...; '?' unknown.
+char hf_thread_state(pid_t tid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return '?';
+    char buf[512];
+    const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+    std::fclose(f);
+    buf[n] = '\0';
+    const char* p = std::strrchr(buf, ')');  // after "pid (comm)"
+    return p != nullptr && p[1] == ' ' && p[2] != '\0' ? p[2] : '?';
+}
+
+// The rounds of one batch of one variant: the primitive's objects, actor k's
+// part of round r, and what the supervisor can tell about a stalled round.
+class hf_batch {
+public:
+    virtual ~hf_batch() = default;
+    virtual void round(int k, long r, hf_actor& a) = 0;
+    // With every actor that has not finished round r inside the blocking
+    // call (and, on threads, asleep): whether the primitive's own state says
+    // it should have returned -- a lost wake-up; "" if not. May change the
+    // state (the child ends after a hang).
+    virtual std::string lost_wakeup(std::vector<hf_actor>& actors, long r, int inside) = 0;
+    // "acquire()", "wait()", "arrive_and_wait()".
+    virtual const char* call() const = 0;
+};
+
+// Semaphore, one permit: per round each actor hf_sem_ops x { acquire; work;
+// release }.
+template <class Sem>
+class hf_sem_batch final : public hf_batch {
+public:
+    hf_sem_batch() : iters_(static_cast<std::uint32_t>(hf_sem_cs_ns / g_spin_ns)) {}
+    void round(int, long, hf_actor& a) override {
+        long e = a.entered.load(std::memory_order_relaxed);
+        for (int i = 0; i < hf_sem_ops; ++i) {
+            a.entered.store(++e, std::memory_order_relaxed);
+            s_.acquire();
+            a.returned.store(e, std::memory_order_relaxed);
+            a.holds.store(1, std::memory_order_relaxed);
+            spin(iters_);
+            a.holds.store(0, std::memory_order_relaxed);
+            s_.release();
+        }
+    }
+    std::string lost_wakeup(std::vector<hf_actor>& actors, long, int inside) override {
+        for (auto& a : actors)
+            if (a.holds.load(std::memory_order_relaxed) != 0) return "";  // someone holds it: not lost
+        if (!s_.try_acquire()) return "";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "lost wake-up: the permit was free while %d of %d actors slept in acquire()",
+                      inside, static_cast<int>(actors.size()));
+        return buf;
+    }
+    const char* call() const override { return "acquire()"; }
+
+private:
+    Sem s_{1};
+    std::uint32_t iters_;
+};
+
+// Latch: per round each actor arrive_and_wait()s on the round's latch (count
+// = the actors); every latch is used once, all built with the batch.
+template <class Latch>
+class hf_latch_batch final : public hf_batch {
+public:
+    hf_latch_batch(long r0, long r1, int actors) : r0_(r0) {
+        for (long r = r0; r < r1; ++r) latches_.push_back(std::make_unique<Latch>(actors));
+    }
+    void round(int, long r, hf_actor& a) override {
+        const long e = a.entered.load(std::memory_order_relaxed) + 1;
+        a.entered.store(e, std::memory_order_relaxed);
+        latches_[static_cast<std::size_t>(r - r0_)]->arrive_and_wait();
+        a.returned.store(e, std::memory_order_relaxed);
+    }
+    std::string lost_wakeup(std::vector<hf_actor>& actors, long r, int inside) override {
+        if (!latches_[static_cast<std::size_t>(r - r0_)]->try_wait()) return "";
+        char buf[160];
+        std::snprintf(buf, sizeof buf, "lost wake-up: the round's latch was open while %d of %d actors slept in wait()",
+                      inside, static_cast<int>(actors.size()));
+        return buf;
+    }
+    const char* call() const override { return "wait()"; }
+
+private:
+    long r0_;
+    std::vector<std::unique_ptr<Latch>> latches_;
+};
+
+// Barrier: per round each actor arrive_and_wait()s hf_barrier_phases times.
+template <class Barrier>
+class hf_barrier_batch final : public hf_batch {
+public:
+    explicit hf_barrier_batch(int actors) : b_(actors) {}
+    void round(int, long, hf_actor& a) override {
+        long e = a.entered.load(std::memory_order_relaxed);
+        for (int i = 0; i < hf_barrier_phases; ++i) {
+            a.entered.store(++e, std::memory_order_relaxed);
+            b_.arrive_and_wait();
+            a.returned.store(e, std::memory_order_relaxed);
+        }
+    }
+    // An actor inside its phase q (the batch's q-th, from 1) waits for
+    // nothing once every actor has arrived at phase q.
+    std::string lost_wakeup(std::vector<hf_actor>& actors, long, int inside) override {
+        long arrived_by_all = std::numeric_limits<long>::max(), stuck_phase = 0;
+        for (auto& a : actors) {
+            const long e = a.entered.load(std::memory_order_relaxed);
+            arrived_by_all = std::min(arrived_by_all, e);
+            if (e == a.returned.load(std::memory_order_relaxed) + 1) stuck_phase = std::max(stuck_phase, e);
+        }
+        if (stuck_phase == 0 || arrived_by_all < stuck_phase) return "";
+        char buf[200];
+        std::snprintf(buf, sizeof buf,
+                      "lost wake-up: all %d parties had arrived at the phase while %d of them slept in "
+                      "arrive_and_wait()",
+                      static_cast<int>(actors.size()), inside);
+        return buf;
+    }
+    const char* call() const override { return "arrive_and_wait()"; }
+
+private:
+    Barrier b_;
+};
+
+// One competitor of a primitive: how its batch is built and on what its
+// actors run.
+struct hf_variant {
+    std::string name;
+    bool fibers;
+    std::function<std::unique_ptr<hf_batch>(long r0, long r1)> make;
+    std::string what;
+};
+
+// What a child tells its parent: a step (batch) done, a round hung, or the
+// time budget spent. One write of a fixed size (atomic on a pipe).
+struct hf_msg {
+    std::int32_t step = 0;
+    std::int32_t kind = 0;  // hf_done, hf_hung or hf_out_of_time
+    std::int64_t round = 0; // hf_hung: the round (batch-relative: 0 .. hf_batch_rounds-1)
+    char reason[240] = {};
+};
+constexpr std::int32_t hf_done = 0, hf_hung = 1, hf_out_of_time = 2;
+
+struct hf_plan {
+    std::vector<hf_variant> variants;
+    long batches_per_variant;
+    double deadline_ns;   // no new cycle of batches after this
+    double round_ms;      // a round's budget
+    std::string test_stall_variant;  // test only
+    long test_stall_round = -1;
+};
+
+// Step s: batch s / V of variant order[(s % V + s / V) % V] -- one batch of
+// each variant per cycle, each cycle starting one variant further on.
+std::size_t hf_step_variant(const hf_plan& p, long step) {
+    const long v = static_cast<long>(p.variants.size());
+    return static_cast<std::size_t>((step % v + step / v) % v);
+}
+
+// In the child: runs the steps from `step` (from round `first` of its
+// batch) and reports each to `fd`; _exits after a hang, at the time budget
+// or at the end. Every round of a batch runs on the actors of the batch;
+// between rounds, a spinning gate (it cannot lose a wake-up): the last
+// actor to finish round r opens round r + 1.
+[[noreturn]] void hf_child(const hf_plan& p, long step, long first, int fd) {
+    auto send = [fd](const hf_msg& m) {
+        if (write(fd, &m, sizeof m) != static_cast<ssize_t>(sizeof m)) _exit(3);
+    };
+    const long steps = p.batches_per_variant * static_cast<long>(p.variants.size());
+    for (; step < steps; ++step, first = 0) {
+        if (step % static_cast<long>(p.variants.size()) == 0 && first == 0 && now_ns() > p.deadline_ns) {
+            hf_msg m;
+            m.step = static_cast<std::int32_t>(step);
+            m.kind = hf_out_of_time;
+            send(m);
+            _exit(0);
+        }
+        const hf_variant& v = p.variants[hf_step_variant(p, step)];
+        const long r0 = first, r1 = hf_batch_rounds;
+        std::unique_ptr<hf_batch> batch = v.make(r0, r1);
+        std::vector<hf_actor> actors(hf_actors);
+        std::atomic<long> open{r0 + 1};  // round r may start once open > r
+        std::atomic<long> finished{0};   // actor-rounds finished in this child
+        const bool stall_here = v.name == p.test_stall_variant;
+        auto body = [&](int k) {
+            hf_actor& a = actors[static_cast<std::size_t>(k)];
+            if (!v.fibers) a.tid.store(gettid(), std::memory_order_relaxed);
+            for (long r = r0; r < r1; ++r) {
+                while (open.load(std::memory_order_acquire) <= r) {
+                    if (v.fibers) spindle::this_fiber::yield();
+                    else std::this_thread::yield();
+                }
+                a.round.store(r, std::memory_order_relaxed);
+                if (stall_here && k == 0 && r == p.test_stall_round) {  // --hf-test-stall: never returns
+                    std::mutex m;
+                    std::condition_variable cv;
+                    std::unique_lock<std::mutex> lk(m);
+                    cv.wait(lk, [] { return false; });
+                }
+                batch->round(k, r, a);
+                a.rounds_done.store(r - r0 + 1, std::memory_order_relaxed);
+                if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == (r - r0 + 1) * hf_actors)
+                    open.store(r + 2, std::memory_order_release);
+            }
+        };
+        std::atomic<bool> batch_over{false};
+        const unsigned workers = std::max(1u, std::min(static_cast<unsigned>(hf_actors), g_cpus));
+        std::thread runner([&] {
+            if (v.fibers) spindle_run(workers, hf_actors, body, fiber_stack_bytes);
+            else threads_run(hf_actors, hf_actors, body);
+            batch_over.store(true, std::memory_order_release);
+        });
+        // Supervise: progress is any change of the actors' counters.
+        auto progress = [&] {
+            long sum = open.load(std::memory_order_relaxed);
+            for (auto& a : actors)
+                sum += a.entered.load(std::memory_order_relaxed) + a.returned.load(std::memory_order_relaxed) +
+                       a.rounds_done.load(std::memory_order_relaxed);
+            return sum;
+        };
+        long last = progress();
+        double since = now_ns();
+        while (!batch_over.load(std::memory_order_acquire)) {
+            std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(hf_poll_ms * 1000)));
+            const long now_progress = progress();
+            if (now_progress != last) {
+                last = now_progress;
+                since = now_ns();
+                continue;
+            }
+            // Threads are looked at after hf_stall_ms: /proc shows whether
+            // they sleep. Fibers only after the round's budget: a fiber
+            // woken but waiting for a worker that another process has
+            // taken off its CPU looks, from here, like one asleep.
+            const double stalled_ms = (now_ns() - since) / 1e6;
+            if (stalled_ms < (v.fibers ? p.round_ms : hf_stall_ms)) continue;
+            // Stalled: the round that is open and not finished.
+            const long r = open.load(std::memory_order_acquire) - 1;
+            int inside = 0, asleep = 0, unfinished = 0;
+            for (auto& a : actors) {
+                if (a.rounds_done.load(std::memory_order_relaxed) > r - r0) continue;
+                ++unfinished;
+                if (a.entered.load(std::memory_order_relaxed) != a.returned.load(std::memory_order_relaxed) + 1)
+                    continue;
+                ++inside;
+                if (!v.fibers && hf_thread_state(a.tid.load(std::memory_order_relaxed)) == 'S') ++asleep;
+            }
+            std::string why;
+            // A lost wake-up only where every actor still in the round
+            // waits in the primitive (and, on threads, sleeps): then nobody
+            // is left to wake them.
+            if (unfinished > 0 && inside == unfinished && (v.fibers || asleep == inside))
+                why = batch->lost_wakeup(actors, r, inside);
+            if (why.empty() && stalled_ms < p.round_ms) continue;
+            if (why.empty()) {
+                char buf[200];
+                std::snprintf(buf, sizeof buf, "no progress within the round's budget: %d of %d actors had not "
+                              "finished the round, %d of them inside %s%s", unfinished, hf_actors, inside,
+                              batch->call(), v.fibers ? "" : (", " + std::to_string(asleep) + " asleep").c_str());
+                why = buf;
+            }
+            hf_msg m;
+            m.step = static_cast<std::int32_t>(step);
+            m.kind = hf_hung;
+            m.round = r;
+            std::snprintf(m.reason, sizeof m.reason, "%s", why.c_str());
+            send(m);
+            _exit(0);  // the hung actors go with the process
+        }
+        runner.join();
+        hf_msg m;
+        m.step = static_cast<std::int32_t>(step);
+        m.kind = hf_done;
+        send(m);
+    }
+    _exit(0);
+}
+
+// Per variant: rounds attempted, finished, hung, and why (reason -> count).
+struct hf_tally {
+    long attempted = 0, finished = 0, hung = 0;
+    std::map<std::string, int> reasons;
+};
+
+// Runs the plan in children: one runs the steps until a round hangs, the
+// next goes on from the round after it. The parent never runs a round.
+std::vector<hf_tally> hf_run(const hf_plan& p) {
+    std::vector<hf_tally> tally(p.variants.size());
+    const long steps = p.batches_per_variant * static_cast<long>(p.variants.size());
+    long step = 0, first = 0;
+    // A child that says nothing for this long (its supervisor is stuck: not
+    // the actors) is killed, and its batch counted hung from where it was.
+    const double silent_ms = p.round_ms + 10000;
+    while (step < steps) {
+        int fds[2];
+        if (pipe(fds) != 0) fail("hang_freedom: pipe: %s", std::strerror(errno));
+        std::fflush(nullptr);
+        const pid_t pid = fork();
+        if (pid < 0) fail("hang_freedom: fork: %s", std::strerror(errno));
+        if (pid == 0) {
+            close(fds[0]);
+            hf_child(p, step, first, fds[1]);
+        }
+        spindle::bench::watch_child(pid);
+        close(fds[1]);
+        bool restart = false, stop = false;
+        while (!restart && !stop) {
+            pollfd pfd{fds[0], POLLIN, 0};
+            const int k = poll(&pfd, 1, static_cast<int>(silent_ms));
+            if (k < 0 && errno == EINTR) continue;
+            hf_msg m;
+            const ssize_t n = k > 0 ? read(fds[0], &m, sizeof m) : -1;
+            if (k == 0) {  // silent: count the rest of its batch as one hung round
+                kill(pid, SIGKILL);
+                hf_tally& t = tally[hf_step_variant(p, step)];
+                ++t.attempted;
+                ++t.hung;
+                ++t.reasons["the child running the round stopped reporting (killed)"];
+                ++step;
+                first = 0;
+                restart = true;
+                break;
+            }
+            if (n != static_cast<ssize_t>(sizeof m)) {  // the child ended without a word
+                stop = step >= steps;
+                if (!stop) {
+                    int status = 0;
+                    waitpid(pid, &status, 0);
+                    spindle::bench::forget_child(pid);
+                    fail("hang_freedom: a child ended unexpectedly (status %d) at step %ld", status, step);
+                }
+                break;
+            }
+            hf_tally& t = tally[hf_step_variant(p, m.step)];
+            if (m.kind == hf_out_of_time) {
+                stop = true;
+            } else if (m.kind == hf_done) {
+                t.attempted += hf_batch_rounds - first;
+                t.finished += hf_batch_rounds - first;
+                step = m.step + 1;
+                first = 0;
+                stop = step >= steps;
+            } else {
+                t.attempted += m.round - first + 1;
+                t.finished += m.round - first;
+                ++t.hung;
+                ++t.reasons[m.reason];
+                first = m.round + 1;
+                step = m.step;
+                if (first >= hf_batch_rounds) {
+                    ++step;
+                    first = 0;
+                }
+                restart = true;
+                // A budget spent on hangs ends the run here, not at the cycle's end.
+                if (now_ns() > p.deadline_ns) stop = true;
+            }
+        }
+        close(fds[0]);
+        kill(pid, SIGKILL);  // a hung child's actors, or a finished child: either way
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        spindle::bench::forget_child(pid);
+        if (stop) break;
+    }
+    return tally;
+}
+
+void bench_hang_freedom(harness& h, const run_options& o) {
+    const long max_rounds = o.hf_rounds > 0 ? o.hf_rounds : (h.quick() ? 100000 : 1000000);
+    const double seconds = o.hf_seconds > 0 ? o.hf_seconds : (h.quick() ? 3 : 20);
+    const double round_ms = o.hf_round_ms > 0 ? o.hf_round_ms : 2000;
+    std::string stall_variant;
+    long stall_round = -1;
+    if (!o.hf_test_stall.empty()) {
+        const std::size_t colon = o.hf_test_stall.rfind(':');
+        if (colon == std::string::npos) fail("--hf-test-stall wants VARIANT:ROUND");
+        stall_variant = o.hf_test_stall.substr(0, colon);
+        stall_round = std::atol(o.hf_test_stall.c_str() + colon + 1);
+    }
+    const unsigned workers = std::max(1u, std::min(static_cast<unsigned>(hf_actors), g_cpus));
+    const std::string on_fibers = "one fiber per actor on " + std::to_string(workers) + " spindle workers";
+    const std::string on_threads = "one OS thread per actor";
+    struct primitive {
+        const char* name;
+        params ps;
+        std::vector<hf_variant> variants;
+        const char* std_bug;  // a known lost wake-up of the std variant, named where one is seen
+    };
+    std::vector<primitive> prims;
+    prims.push_back({"semaphore",
+                     {{"primitive", "semaphore"}, {"actors", hf_actors}, {"permits", 1}, {"ops_per_round", hf_sem_ops}},
+                     {{"spindle_fiber", true, [](long, long) { return std::make_unique<hf_sem_batch<spindle::counting_semaphore<>>>(); },
+                       "spindle::counting_semaphore; " + on_fibers},
+                      {"spindle_thread", false, [](long, long) { return std::make_unique<hf_sem_batch<spindle::counting_semaphore<>>>(); },
+                       "spindle::counting_semaphore; " + on_threads},
+                      {"std_counting_semaphore", false,
+                       [](long, long) { return std::make_unique<hf_sem_batch<std::counting_semaphore<>>>(); },
+                       "std::counting_semaphore (libstdc++); " + on_threads}},
+                     "libstdc++'s std::counting_semaphore has a known lost wake-up (GCC PR 98033, PR 104928)"});
+    prims.push_back({"latch",
+                     {{"primitive", "latch"}, {"actors", hf_actors}},
+                     {{"spindle_fiber", true,
+                       [](long r0, long r1) { return std::make_unique<hf_latch_batch<spindle::latch>>(r0, r1, hf_actors); },
+                       "spindle::latch; " + on_fibers},
+                      {"spindle_thread", false,
+                       [](long r0, long r1) { return std::make_unique<hf_latch_batch<spindle::latch>>(r0, r1, hf_actors); },
+                       "spindle::latch; " + on_threads},
+                      {"std_latch", false,
+                       [](long r0, long r1) { return std::make_unique<hf_latch_batch<std::latch>>(r0, r1, hf_actors); },
+                       "std::latch (libstdc++); " + on_threads}},
+                     nullptr});
+    prims.push_back({"barrier",
+                     {{"primitive", "barrier"}, {"actors", hf_actors}, {"phases_per_round", hf_barrier_phases}},
+                     {{"spindle_fiber", true,
+                       [](long, long) { return std::make_unique<hf_barrier_batch<spindle::barrier<>>>(hf_actors); },
+                       "spindle::barrier; " + on_fibers},
+                      {"spindle_thread", false,
+                       [](long, long) { return std::make_unique<hf_barrier_batch<spindle::barrier<>>>(hf_actors); },
+                       "spindle::barrier; " + on_threads},
+                      {"std_barrier", false,
+                       [](long, long) { return std::make_unique<hf_barrier_batch<std::barrier<>>>(hf_actors); },
+                       "std::barrier (libstdc++); " + on_threads}},
+                     nullptr});
+    for (primitive& prim : prims) {
+        hf_plan plan;
+        for (auto& v : prim.variants)
+            if (variant_wanted(v.name)) plan.variants.push_back(v);
+        if (plan.variants.empty()) continue;
+        plan.batches_per_variant = std::max(1L, (max_rounds + hf_batch_rounds - 1) / hf_batch_rounds);
+        plan.deadline_ns = now_ns() + seconds * 1e9;
+        plan.round_ms = round_ms;
+        plan.test_stall_variant = stall_variant;
+        plan.test_stall_round = stall_round;
+        const double t0 = now_ns();
+        const std::vector<hf_tally> tally = hf_run(plan);
+        std::fprintf(stderr, "  (hang_freedom: %s in %.1f s)\n", prim.name, (now_ns() - t0) / 1e9);
+        for (std::size_t i = 0; i < plan.variants.size(); ++i) {
+            const hf_variant& v = plan.variants[i];
+            const hf_tally& t = tally[i];
+            std::string note = v.what;
+            bool lost = false;
+            for (const auto& [why, count] : t.reasons) {
+                note += "; " + std::to_string(count) + (count == 1 ? " round hung: " : " rounds hung: ") + why;
+                lost = lost || why.rfind("lost wake-up", 0) == 0;
+            }
+            if (lost && prim.std_bug != nullptr && v.name.rfind("std_", 0) == 0) note += std::string("; ") + prim.std_bug;
+            h.report_rounds("hang_freedom", prim.ps, v.name, t.attempted, t.finished, t.hung, round_ms, false, note);
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------
 // Command line
 
 std::vector<unsigned> parse_list(const std::string& s, const char* what, unsigned lo) {
@@ -1224,7 +1738,8 @@ run_options take_own_args(int& argc, char** argv) {
         argc, argv,
         "spindle_bench_cqs also takes: [--threads 1,2,4,...] (alias --workers, or "
         "SPINDLE_BENCH_WORKERS) [--max-workers N] [--work-ns 100,1000] [--permits 1,4,16] "
-        "[--queued 0,100,10000] [--pool-sizes 1,4,16] [--variants spindle_fiber,std_barrier,...]",
+        "[--queued 0,100,10000] [--pool-sizes 1,4,16] [--variants spindle_fiber,std_barrier,...] "
+        "[--hf-rounds N] [--hf-seconds S] [--hf-round-ms MS] [--hf-test-stall VARIANT:ROUND]",
         fail,
         {
             {"--threads", [&](const std::string& v) { o.actors = parse_list(v, "thread count", 1); }},
@@ -1241,6 +1756,10 @@ run_options take_own_args(int& argc, char** argv) {
                      fail("--abort-waiter wants thread, fiber or both, not '%s'", g_abort_waiter.c_str());
              }},
             {"--variants", [&](const std::string& v) { g_variants.set(v); }},
+            {"--hf-rounds", [&](const std::string& v) { o.hf_rounds = parse_list(v, "round count", 1).front(); }},
+            {"--hf-seconds", [&](const std::string& v) { o.hf_seconds = parse_list(v, "seconds", 1).front(); }},
+            {"--hf-round-ms", [&](const std::string& v) { o.hf_round_ms = parse_list(v, "round budget", 10).front(); }},
+            {"--hf-test-stall", [&](const std::string& v) { o.hf_test_stall = v; }},
         });
     return o;
 }
@@ -1340,6 +1859,9 @@ int main(int argc, char** argv) {
     g_cpus = std::max(1u, std::thread::hardware_concurrency());
     g_target_ns = h.quick() ? 30e6 : 100e6;
     g_spin_ns = spindle::bench::calibrate_spin("cqs");
+    // First, so that a suite cut short by its time budget still has it;
+    // not again when the program restarts after a hang (see harness.hpp).
+    if (h.wants("hang_freedom") && !h.replaying()) bench_hang_freedom(h, o);
     if (h.wants("barrier")) bench_barrier(h, o);
     if (h.wants("latch")) bench_latch(h, o);
     if (h.wants("semaphore")) bench_semaphore(h, o);
