@@ -53,14 +53,30 @@ Optional fields: ``samples`` (list of numbers), ``note`` (string, printed
 under the record's table), ``reference`` (bool, marks the group's reference),
 ``baseline`` (string: the variant of the same group this row's ratio is
 computed against instead of the reference, e.g. a thread-only competitor
-against spindle's thread variant).
+against spindle's thread variant), and on a hang-freedom record (metric
+``rounds_finished``: rounds that finished, ``reps``: rounds attempted)
+``hung_rounds`` and ``round_budget_ms``.
+
+A variant that was not measured has a ``status`` instead of median, min, max
+and reps: ``"hung"`` (the harness's watchdog stopped it) or ``"skipped"`` (the
+suite's time budget was spent), and a ``reason``::
+
+    {"suite": "cqs", "workload": "semaphore", "variant": "std_counting_semaphore",
+     "params": {...}, "metric": "ops_per_s", "higher_is_better": true,
+     "status": "hung", "reason": "no result within 10 s (...)"}
+
+A workload skipped whole has one such record with variant and metric ``*``.
+Such rows print their status instead of numbers, have no ratio, are never a
+reference or a baseline, and are listed in the report's "Hangs and skips"
+section.
 
 Report rules
 ------------
 * Comparison group: same suite, workload, params (compared as canonical JSON)
   and metric.  Records with different metrics are never compared.
-* Reference of a group: the record with ``"reference": true`` if any, else the
-  first variant whose name starts with ``spindle``, else the first record.
+* Reference of a group: among its measured records (those without a
+  status), the one with ``"reference": true`` if any, else the first variant
+  whose name starts with ``spindle``, else the first record.
 * ratio = how many times better the reference is than the row:
   row/ref for lower-is-better metrics, ref/row for higher-is-better ones.
   So ``3.00×`` means the reference is three times better than that row.
@@ -173,13 +189,35 @@ _OPTIONAL: dict[str, tuple[Callable[[Any], bool], str]] = {
     "note": (lambda v: isinstance(v, str), "a string"),
     "reference": (lambda v: isinstance(v, bool), "true or false"),
     "baseline": (lambda v: isinstance(v, str) and v != "", "a non-empty string"),
+    "hung_rounds": (lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                    "an integer >= 0"),
+    "round_budget_ms": (_is_number, "a finite number"),
 }
+
+
+# The statuses of a record that was not measured (see "Records").
+STATUSES = ("hung", "skipped")
+
+# What a status record needs instead of median, min, max and reps.
+_STATUS_FIELDS = ("status", "reason")
+
+
+def is_measured(rec: dict) -> bool:
+    """False for a record with a status (hung or skipped)."""
+    return "status" not in rec
+
+
+def is_rounds_record(rec: dict) -> bool:
+    """A hang-freedom record: rounds finished of rounds attempted."""
+    return "hung_rounds" in rec
 
 
 def validate_record(obj: Any) -> str | None:
     """Return why `obj` is not a valid record, or None if it is one."""
     if not isinstance(obj, dict):
         return f"expected a JSON object, got {type(obj).__name__}"
+    if "status" in obj:
+        return _validate_status_record(obj)
     missing = [name for name in _REQUIRED if name not in obj]
     if missing:
         return "missing field(s): " + ", ".join(missing)
@@ -190,6 +228,30 @@ def validate_record(obj: Any) -> str | None:
     if not obj["min"] <= obj["median"] <= obj["max"]:
         return (f"expected min <= median <= max, got {obj['min']!r}, "
                 f"{obj['median']!r}, {obj['max']!r}")
+    return None
+
+
+def _validate_status_record(obj: dict) -> str | None:
+    """validate_record for a record with a status: the identifying fields and
+    status and reason; no median, min, max or reps."""
+    required = [n for n in _REQUIRED if n not in ("median", "min", "max", "reps")]
+    missing = [n for n in required + list(_STATUS_FIELDS) if n not in obj]
+    if missing:
+        return "missing field(s): " + ", ".join(missing)
+    if obj["status"] not in STATUSES:
+        return f"field 'status' must be one of {', '.join(STATUSES)}, got {obj['status']!r}"
+    if not isinstance(obj["reason"], str):
+        return f"field 'reason' must be a string, got {obj['reason']!r}"
+    for name in required:
+        check, expected = _REQUIRED[name]
+        if not check(obj[name]):
+            return f"field {name!r} must be {expected}, got {obj[name]!r}"
+    for name, (check, expected) in _OPTIONAL.items():
+        if name in obj and not check(obj[name]):
+            return f"field {name!r} must be {expected}, got {obj[name]!r}"
+    present = [n for n in ("median", "min", "max", "reps") if n in obj]
+    if present:
+        return f"a record with a status has no {', '.join(present)}"
     return None
 
 
@@ -251,14 +313,16 @@ def canonical_params(params: dict) -> str:
 
 
 def select_reference(records: Sequence[dict]) -> dict:
-    """The record the others are compared to (see the module docstring)."""
-    for rec in records:
+    """The record the others are compared to (see the module docstring); a
+    record that was not measured only when no record was."""
+    measured = [r for r in records if is_measured(r)] or list(records)
+    for rec in measured:
         if rec.get("reference") is True:
             return rec
-    for rec in records:
+    for rec in measured:
         if rec["variant"].startswith("spindle"):
             return rec
-    return records[0]
+    return measured[0]
 
 
 def select_baseline(row: dict, records: Sequence[dict], ref: dict) -> dict:
@@ -267,13 +331,16 @@ def select_baseline(row: dict, records: Sequence[dict], ref: dict) -> dict:
     name = row.get("baseline")
     if name and name != row["variant"]:
         for rec in records:
-            if rec["variant"] == name:
+            if rec["variant"] == name and is_measured(rec):
                 return rec
     return ref
 
 
 def ratio_to_reference(row: dict, ref: dict, higher_is_better: bool) -> float | None:
-    """How many times better `ref` is than `row`; None if undefined (0)."""
+    """How many times better `ref` is than `row`; None if undefined (0, or
+    either was not measured)."""
+    if not (is_measured(row) and is_measured(ref)):
+        return None
     num, den = ((ref["median"], row["median"]) if higher_is_better
                 else (row["median"], ref["median"]))
     if den == 0:
@@ -313,11 +380,17 @@ class Group:
         dups = sorted({v for v in variants if variants.count(v) > 1})
         if dups:
             out.append("variant(s) measured more than once: " + ", ".join(dups))
+        measured = [r["variant"] for r in self.records if is_measured(r)]
         for r in self.records:
             name = r.get("baseline")
-            if name and name != r["variant"] and name not in variants:
+            if not name or name == r["variant"] or not is_measured(r):
+                continue
+            if name not in variants:
                 out.append(f"{r['variant']}: baseline {name} is not in this "
                            "comparison; its ratio is against the reference")
+            elif name not in measured:
+                out.append(f"{r['variant']}: baseline {name} was not measured; "
+                           "its ratio is against the reference")
         return out
 
 
@@ -539,6 +612,9 @@ def render_group_table(group: Group) -> list[str]:
              f"{describe_metric(group.metric, hib)}", ""]
     rows = []
     for rec in group.records:
+        if not is_measured(rec):
+            rows.append([rec["variant"], rec["status"], "—", "—", "—", "—"])
+            continue
         is_ref = rec is ref
         base = select_baseline(rec, group.records, ref)
         ratio = fmt_ratio(ratio_to_reference(rec, base, hib), is_ref)
@@ -550,6 +626,8 @@ def render_group_table(group: Group) -> list[str]:
                       [False, True, True, True, True, True])
     notes = [f"- {md_escape(r['variant'])}: {md_escape(r['note'])}"
              for r in group.records if r.get("note")]
+    notes += [f"- ⚠ {md_escape(r['variant'])} {r['status']}: {md_escape(r['reason'])}"
+              for r in group.records if not is_measured(r)]
     notes += [f"- ⚠ {w}" for w in group.warnings()]
     if notes:
         lines += [""] + notes
@@ -581,7 +659,7 @@ def render_sweep_table(view: WorkloadView, sweep: Sweep, facet: Facet) -> list[s
         for rec in g.records:
             by_variant.setdefault(rec["variant"], rec)
         row = [fmt_param_value(g.params[sweep.axis])]
-        row += [fmt_num(by_variant[v]["median"]) if v in by_variant else "—"
+        row += [_fmt_cell(by_variant[v]) if v in by_variant else "—"
                 for v in variants]
         for v in others:
             base = by_variant.get(base_of[v])
@@ -597,8 +675,11 @@ def render_sweep_table(view: WorkloadView, sweep: Sweep, facet: Facet) -> list[s
     notes: dict[tuple[str, str], list[str]] = {}
     for g in facet.groups:
         for rec in g.records:
-            if rec.get("note"):
-                notes.setdefault((rec["variant"], rec["note"]), []).append(
+            texts = [rec["note"]] if rec.get("note") else []
+            if not is_measured(rec):
+                texts.append(f"⚠ {rec['status']}: {rec['reason']}")
+            for text in texts:
+                notes.setdefault((rec["variant"], text), []).append(
                     fmt_param_value(g.params[sweep.axis]))
     extra = []
     for (variant, note), where in notes.items():
@@ -613,9 +694,57 @@ def render_sweep_table(view: WorkloadView, sweep: Sweep, facet: Facet) -> list[s
     return lines + [""]
 
 
+def _fmt_count(x: float | int) -> str:
+    """A count of rounds: a whole number with thousands separators."""
+    return f"{round(x):,}" if float(x).is_integer() else fmt_num(x)
+
+
+def _fmt_cell(rec: dict) -> str:
+    """A record's median, or its status when it was not measured."""
+    return fmt_num(rec["median"]) if is_measured(rec) else rec["status"]
+
+
+def is_workload_skip(rec: dict) -> bool:
+    """The one record of a workload skipped whole."""
+    return rec["variant"] == "*" and not is_measured(rec)
+
+
+def render_rounds_table(group: Group) -> list[str]:
+    """A hang-freedom group: rounds attempted, finished and hung per
+    variant, and why rounds hung (in the notes)."""
+    lines = [f"**{md_escape(fmt_params(group.params))}** — repeated contended "
+             "rounds, each with a time budget: how many finished, how many hung",
+             ""]
+    rows = []
+    for rec in group.records:
+        if not is_measured(rec):
+            rows.append([rec["variant"], "—", rec["status"], "—", "—"])
+            continue
+        budget = rec.get("round_budget_ms")
+        rows.append([rec["variant"], _fmt_count(rec["reps"]), _fmt_count(rec["median"]),
+                     _fmt_count(rec.get("hung_rounds", 0)),
+                     "—" if budget is None else f"{fmt_num(budget)} ms"])
+    lines += md_table(["variant", "rounds", "finished", "hung", "round budget"], rows,
+                      [False, True, True, True, True])
+    notes = [f"- {md_escape(r['variant'])}: {md_escape(r['note'])}"
+             for r in group.records if r.get("note")]
+    notes += [f"- ⚠ {md_escape(r['variant'])} {r['status']}: {md_escape(r['reason'])}"
+              for r in group.records if not is_measured(r)]
+    if notes:
+        lines += [""] + notes
+    return lines + [""]
+
+
 def render_view(view: WorkloadView, plot: str | None) -> list[str]:
     """The body of one workload subsection (for one metric)."""
     lines: list[str] = []
+    records = [r for g in view.groups for r in g.records]
+    if all(is_workload_skip(r) for r in records):
+        return [f"*Not run: {md_escape(records[0]['reason'])}*", ""]
+    if any(is_rounds_record(r) for r in records):
+        for group in view.groups:
+            lines += render_rounds_table(group)
+        return lines
     sweep = find_sweep(view.groups)
     if sweep:
         ref_names = sorted({f.reference_variant for f in sweep.facets})
@@ -691,6 +820,10 @@ def render_comparison(new: Sequence[dict], old: Sequence[dict],
         return (r["suite"], r["workload"], r["variant"],
                 canonical_params(r["params"]), r["metric"])
 
+    # What hung or was skipped has no median to compare (the "Hangs" section
+    # lists it).
+    new = [r for r in new if is_measured(r)]
+    old = [r for r in old if is_measured(r)]
     old_by_key: dict[tuple, dict] = {}
     for r in old:
         old_by_key.setdefault(key(r), r)
@@ -836,6 +969,7 @@ class TargetResult:
     params: dict | None  # None: no point of the goal was measured
     value: float | None
     points: int = 1  # how many points a `worst` result was picked from
+    blocked: str | None = None  # "X hung": why a point has no value
 
     @property
     def met(self) -> bool | None:
@@ -870,11 +1004,16 @@ def check_targets(records: Sequence[dict],
             row = by_variant.get(t.variant)
             if row is None:
                 continue
+            den = by_variant.get(t.over) if t.over is not None else None
+            if t.over is not None and den is None:
+                continue
+            unmeasured = [r for r in (row, den) if r is not None and not is_measured(r)]
+            if unmeasured:
+                found.append(TargetResult(t, g.params, None, blocked=", ".join(
+                    f"{r['variant']} {r['status']}" for r in unmeasured)))
+                continue
             value: float | None = row["median"]
-            if t.over is not None:
-                den = by_variant.get(t.over)
-                if den is None:
-                    continue
+            if den is not None:
                 value = None if den["median"] == 0 else row["median"] / den["median"]
             found.append(TargetResult(t, g.params, value))
         if not found:
@@ -885,7 +1024,7 @@ def check_targets(records: Sequence[dict],
                     return math.inf
                 return r.value if t.op == "<=" else -r.value
             w = max(found, key=badness)
-            out.append(TargetResult(t, w.params, w.value, len(found)))
+            out.append(TargetResult(t, w.params, w.value, len(found), w.blocked))
         else:
             out += found
     return out
@@ -902,6 +1041,8 @@ def render_targets(results: Sequence[TargetResult]) -> list[str]:
             status, measured, point = "not measured", "-", "-"
         else:
             status = "met" if r.met else ("MISSED" if r.met is False else "undefined")
+            if r.blocked:
+                status = f"not measured ({r.blocked})"
             measured = "-" if r.value is None else fmt_num(r.value)
             point = fmt_params(r.params)
             if r.points > 1:
@@ -919,6 +1060,53 @@ def render_targets(results: Sequence[TargetResult]) -> list[str]:
     return lines + [""]
 
 
+def render_hangs(records: Sequence[dict]) -> list[str]:
+    """The report's "Hangs" section: the hang-freedom rounds, every variant
+    that hung, and what was skipped; nothing when there is none of these."""
+    rounds = [r for r in records if is_rounds_record(r) and is_measured(r)]
+    hung = [r for r in records if r.get("status") == "hung"]
+    skipped = [r for r in records if r.get("status") == "skipped"]
+    if not (rounds or hung or skipped):
+        return []
+    lines = ["## Hangs", ""]
+    if rounds:
+        lines += ["Hang freedom: contended rounds repeated, each with a time budget "
+                  "(a round that makes no progress within it is hung and its "
+                  "process killed; the reasons are under the suite's tables).", ""]
+        rows = [[r["suite"], md_escape(fmt_params(r["params"])), r["variant"],
+                 _fmt_count(r["reps"]), _fmt_count(r["median"]),
+                 _fmt_count(r.get("hung_rounds", 0))]
+                for r in rounds]
+        lines += md_table(["suite", "rounds of", "variant", "rounds", "finished", "hung"],
+                          rows, [False, False, False, True, True, True]) + [""]
+    if hung:
+        lines += ["Measurements that hung (the watchdog stopped them; the rest of "
+                  "their comparison was measured without them):", ""]
+        rows = [[r["suite"], r["workload"], md_escape(fmt_params(r["params"])),
+                 r["variant"], md_escape(r["reason"])] for r in hung]
+        lines += md_table(["suite", "workload", "params", "variant", "reason"], rows,
+                          [False] * 5) + [""]
+    else:
+        lines += ["No measurement hung.", ""]
+    if skipped:
+        by_suite: dict[str, list[dict]] = {}
+        for r in skipped:
+            by_suite.setdefault(r["suite"], []).append(r)
+        lines += ["Skipped (the suite's time budget was spent):", ""]
+        for suite, recs in by_suite.items():
+            whole = sorted({r["workload"] for r in recs if is_workload_skip(r)})
+            parts = {(r["workload"], canonical_params(r["params"])) for r in recs
+                     if not is_workload_skip(r)}
+            what = []
+            if parts:
+                what.append(f"{len(parts)} comparisons ({len(recs) - len(whole)} variant runs)")
+            if whole:
+                what.append("workloads " + ", ".join(whole))
+            lines.append(f"- {suite}: {'; '.join(what)}")
+        lines.append("")
+    return lines
+
+
 def render_report(records: Sequence[dict], machine: dict,
                   plots: dict[tuple, str] | None = None,
                   compare: tuple[Sequence[dict], str] | None = None,
@@ -928,6 +1116,7 @@ def render_report(records: Sequence[dict], machine: dict,
     plots = plots or {}
     lines = render_header(machine, regenerated_by)
     lines += render_targets(check_targets(records))
+    lines += render_hangs(records)
     failed = {s["name"]: s for s in (machine.get("run") or {}).get("suites", [])
               if s.get("exit_code") != 0}
     views = workload_views(group_records(records))
@@ -1102,6 +1291,9 @@ def make_plots(records: Sequence[dict], out_dir: Path) -> dict[tuple, str]:
     except ImportError as e:
         warn(f"matplotlib unavailable ({e}); no plots")
         return {}
+    # Plots show medians: not what hung or was skipped, nor the hang-freedom
+    # counts (their table says it all).
+    records = [r for r in records if is_measured(r) and not is_rounds_record(r)]
     views = workload_views(group_records(records))
     metrics_per_workload: dict[tuple, int] = {}
     for v in views:
@@ -1376,6 +1568,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in target_results:
             if not r.met:
                 what = "not measured" if r.params is None else (
+                    f"{fmt_params(r.params)}: not measured ({r.blocked})" if r.blocked else
                     f"{fmt_params(r.params)}: {fmt_num(r.value) if r.value is not None else '-'}, "
                     f"target {r.target.op} {fmt_num(r.target.bound)}")
                 print(f"  #{r.target.issue} {r.target.goal}: {what}", flush=True)

@@ -50,6 +50,30 @@ def rec(variant: str, median: float, *, suite: str = "switch",
     return r
 
 
+def not_measured(variant: str, status: str = "hung",
+                 reason: str = "no result within 10 s (its measurement 2 of 6)",
+                 **kw) -> dict:
+    """A record of a variant that hung or was skipped, as the harness writes
+    it: no median, min, max or reps."""
+    r = rec(variant, 1.0, **kw)
+    for name in ("median", "min", "max", "reps"):
+        del r[name]
+    r.update(status=status, reason=reason)
+    return r
+
+
+def rounds_rec(variant: str, rounds: int, finished: int, hung: int,
+               primitive: str = "semaphore", note: str | None = None) -> dict:
+    """A hang-freedom record: rounds finished of rounds attempted."""
+    r = rec(variant, float(finished), suite="cqs", workload="hang_freedom",
+            params={"primitive": primitive, "actors": 8}, metric="rounds_finished",
+            higher_is_better=True, hung_rounds=hung, round_budget_ms=2000)
+    r.update(min=finished, max=finished, reps=rounds)
+    if note:
+        r["note"] = note
+    return r
+
+
 def hanoi_records() -> list[dict]:
     """A sweep over disks 1..6 with three variants."""
     out = []
@@ -463,6 +487,147 @@ class PlotTest(unittest.TestCase):
         self.assertEqual(bench.plot_file_name(view, 1), "ces_cs-length.png")
         view = bench.WorkloadView("ces", "a/b c", "ops_per_s", [])
         self.assertEqual(bench.plot_file_name(view, 1), "ces_a_b_c.png")
+
+
+class StatusRecordTest(unittest.TestCase):
+    """Records of variants that hung or were skipped, and hang-freedom rounds."""
+
+    SEM = dict(suite="cqs", workload="semaphore", metric="ops_per_s", higher_is_better=True)
+
+    def test_validation(self):
+        self.assertIsNone(bench.validate_record(not_measured("std")))
+        self.assertIsNone(bench.validate_record(not_measured("std", "skipped", "not run")))
+        self.assertIsNone(bench.validate_record(not_measured(
+            "*", "skipped", "not run", workload="memory", params={}, metric="*")))
+        r = not_measured("std")
+        del r["reason"]
+        self.assertIn("missing field(s): reason", bench.validate_record(r))
+        self.assertIn("status", bench.validate_record(not_measured("std", status="slow")))
+        self.assertIn("has no median", bench.validate_record(dict(not_measured("std"), median=1.0)))
+        self.assertIn("variant", bench.validate_record(dict(not_measured("std"), variant="")))
+        self.assertIsNone(bench.validate_record(rounds_rec("std", 100, 99, 1)))
+        self.assertIn("hung_rounds", bench.validate_record(
+            dict(rounds_rec("std", 100, 99, 1), hung_rounds=-1)))
+        self.assertFalse(bench.is_measured(not_measured("std")))
+        self.assertTrue(bench.is_measured(rec("std", 1.0)))
+
+    def test_jsonl_keeps_status_records(self):
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "s.jsonl"
+            path.write_text(json.dumps(rec("spindle", 2.0)) + "\n"
+                            + json.dumps(not_measured("boost_context")) + "\n")
+            records, errors = bench.load_jsonl(path)
+        self.assertEqual(errors, [])
+        self.assertEqual([r.get("status") for r in records], [None, "hung"])
+
+    def test_reference_and_ratio_skip_what_hung(self):
+        records = [not_measured("spindle_fiber", reference=True), rec("spindle_thread", 2.0),
+                   rec("std", 6.0, baseline="spindle_fiber")]
+        self.assertEqual(bench.select_reference(records)["variant"], "spindle_thread")
+        self.assertIsNone(bench.ratio_to_reference(records[0], records[1], False))
+        self.assertIsNone(bench.ratio_to_reference(records[1], records[0], False))
+        # A baseline that hung is not used: the reference is.
+        self.assertIs(bench.select_baseline(records[2], records, records[1]), records[1])
+        group = bench.group_records(records)[0]
+        self.assertIn("std: baseline spindle_fiber was not measured; its ratio is against "
+                      "the reference", group.warnings())
+
+    def test_group_table(self):
+        groups = bench.group_records([
+            rec("spindle_thread", 2.0), rec("boost_context", 6.0),
+            not_measured("std_counting_semaphore", reason="no result within 10 s (x)")])
+        text = "\n".join(bench.render_group_table(groups[0]))
+        self.assertIn("| spindle_thread | 2.00 | 1.80 | 2.20 | 5 | 1.00× (ref) |", text)
+        self.assertIn("| boost_context | 6.00 | 5.40 | 6.60 | 5 | 3.00× |", text)
+        self.assertIn("| std_counting_semaphore | hung | — | — | — | — |", text)
+        self.assertIn("- ⚠ std_counting_semaphore hung: no result within 10 s (x)", text)
+
+    def test_sweep_table(self):
+        records = []
+        for t in (2, 4, 8):
+            kw = dict(self.SEM, params={"permits": 1, "threads": t})
+            records += [rec("spindle_fiber", 8.0 * t, **kw), rec("spindle_thread", 4.0 * t, **kw),
+                        rec("std_counting_semaphore", 2.0 * t, baseline="spindle_thread", **kw)]
+        records[-1] = not_measured("std_counting_semaphore", baseline="spindle_thread",
+                                   reason="no result within 10 s", **dict(
+                                       self.SEM, params={"permits": 1, "threads": 8}))
+        view = bench.workload_views(bench.group_records(records))[0]
+        text = "\n".join(bench.render_view(view, None))
+        self.assertIn("| 4 | 32.00 | 16.00 | 8.00 | 2.00× | 2.00× |", text)
+        self.assertIn("| 8 | 64.00 | 32.00 | hung | 2.00× | — |", text)
+        self.assertIn("- std_counting_semaphore (threads=8): ⚠ hung: no result within 10 s", text)
+
+    def test_rounds_table(self):
+        records = [rounds_rec("spindle_thread", 18000, 18000, 0),
+                   rounds_rec("std_counting_semaphore", 18000, 17998, 2,
+                              note="2 rounds hung: lost wake-up: the permit was free")]
+        view = bench.workload_views(bench.group_records(records))[0]
+        text = "\n".join(bench.render_view(view, "cqs_hang_freedom.png"))
+        self.assertIn("| variant | rounds | finished | hung | round budget |", text)
+        self.assertIn("| spindle_thread | 18,000 | 18,000 | 0 | 2,000 ms |", text)
+        self.assertIn("| std_counting_semaphore | 18,000 | 17,998 | 2 | 2,000 ms |", text)
+        self.assertIn("- std_counting_semaphore: 2 rounds hung: lost wake-up", text)
+        self.assertNotIn("ratio", text)
+        self.assertNotIn(".png", text)
+
+    def test_workload_skipped_whole(self):
+        view = bench.workload_views(bench.group_records([not_measured(
+            "*", "skipped", "not run: the suite's time budget of 153 s was spent",
+            suite="cqs", workload="memory", params={}, metric="*")]))[0]
+        self.assertEqual(bench.render_view(view, None),
+                         ["*Not run: not run: the suite's time budget of 153 s was spent*", ""])
+
+    def test_hangs_section(self):
+        self.assertEqual(bench.render_hangs([rec("spindle", 1.0)]), [])
+        records = [rounds_rec("spindle_fiber", 500, 500, 0),
+                   rounds_rec("std_counting_semaphore", 500, 499, 1),
+                   rec("spindle_fiber", 8.0, **dict(self.SEM, params={"threads": 8})),
+                   not_measured("std_counting_semaphore", reason="no result within 10 s",
+                                **dict(self.SEM, params={"threads": 8})),
+                   not_measured("spindle_fiber", "skipped", "not run", suite="cqs",
+                                workload="pool", params={"pool_size": 1}),
+                   not_measured("mutex_cv_queue", "skipped", "not run", suite="cqs",
+                                workload="pool", params={"pool_size": 1}),
+                   not_measured("*", "skipped", "not run", suite="cqs", workload="memory",
+                                params={}, metric="*")]
+        text = bench.render_report(records, {})
+        self.assertIn("## Hangs", text)
+        self.assertIn("| cqs | primitive=semaphore, actors=8 | std_counting_semaphore | 500 | 499 | 1 |",
+                      text)
+        self.assertIn("| cqs | semaphore | threads=8 | std_counting_semaphore | no result within 10 s |",
+                      text)
+        self.assertIn("- cqs: 1 comparisons (2 variant runs); workloads memory", text)
+        self.assertLess(text.index("## Hangs"), text.index("## Suite `cqs`"))
+        # Without hangs: the rounds, and a line saying so.
+        text = "\n".join(bench.render_hangs(records[:3]))
+        self.assertIn("No measurement hung.", text)
+        self.assertNotIn("Skipped", text)
+
+    def test_target_of_a_variant_that_hung(self):
+        kw = dict(self.SEM, params={"permits": 1, "threads": 4})
+        records = [rec("spindle_fiber", 3.0, **kw), not_measured("std_counting_semaphore", **kw)]
+        contended = [r for r in bench.check_targets(records)
+                     if r.target.goal.startswith("semaphore, threads > permits")]
+        self.assertEqual(len(contended), 1)
+        self.assertIsNone(contended[0].met)
+        self.assertEqual(contended[0].blocked, "std_counting_semaphore hung")
+        text = "\n".join(bench.render_targets(contended))
+        self.assertIn("| not measured (std_counting_semaphore hung) |", text)
+
+    def test_comparison_leaves_out_status_records(self):
+        old = [rec("spindle", 2.0), not_measured("std")]
+        new = [rec("spindle", 1.0), not_measured("std", "skipped", "not run")]
+        text = "\n".join(bench.render_comparison(new, old, "old/results.json"))
+        self.assertIn("1 records matched: 1 better, 0 worse", text)
+        self.assertIn("0 only in this run, 0 only in the old one", text)
+
+    @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not installed for this python3")
+    def test_plots_leave_out_status_and_rounds_records(self):
+        records = [rec("spindle", 2.0), not_measured("boost_context"),
+                   rounds_rec("std_latch", 10, 10, 0, primitive="latch")]
+        with tempfile.TemporaryDirectory() as d:
+            plots = bench.make_plots(records, Path(d))
+        self.assertEqual(sorted(plots.values()), ["switch_yield.png"])
 
 
 class DriverTest(unittest.TestCase):
