@@ -10,14 +10,30 @@ Usage (from the repository root)::
 What it does
 ------------
 1. Runs each suite program ``<build-dir>/bench/spindle_bench_<suite>`` as
-   ``<prog> --out <tmp>/<suite>.jsonl --quick`` (``--full`` with --full). The
-   default suites are those of ``switch, ces, cqs, locks`` whose program
-   exists; a suite named with --suite whose program is missing is an error.
-   The programs' stderr (their progress lines) and stdout go straight to the
-   terminal.  Each program writes one JSON record per line (see "Records").
-   A program that exits non-zero (or writes no --out file) fails the run, but
-   the records it did write are kept and its report section is marked as
-   possibly incomplete; the suites after it still run.
+   ``<prog> --out <tmp>/<suite>.jsonl --quick --time-budget S`` (``--full``
+   with --full). The default suites are those of ``switch, ces, cqs, locks``
+   whose program exists; a suite named with --suite whose program is missing
+   is an error. The programs' stderr (their progress lines) and stdout go
+   straight to the terminal.  Each program writes one JSON record per line
+   (see "Records"). A program that exits non-zero (or writes no --out file)
+   fails the run, but the records it did write are kept and its report
+   section is marked as possibly incomplete; the suites after it still run.
+
+   Hangs and budgets. Where a hang is handled, and why: inside a program,
+   the harness (bench/harness/harness.hpp) watches every measurement; a
+   variant that overruns its budget is recorded as "hung" and the program
+   restarts itself to go on without it, so that the other variants of the
+   same comparison are still measured interleaved in one process, as every
+   comparison here is. Only the harness knows which variant of which
+   comparison is running, and only it can replay the finished comparisons
+   without measuring them again. This tool bounds the whole run: each suite
+   has a time budget (SUITE_BUDGET_S in quick mode, FULL_SUITE_BUDGET_S with
+   --full, or --suite-budget). The program gets SOFT_BUDGET_FRACTION of it as
+   --time-budget (past it, the harness records what is left as "skipped"
+   instead of running it); at the budget itself the program's process group
+   is killed (a hang outside a measurement, which the harness does not
+   watch), its records so far are kept, the suite is marked "timed out" and
+   the next suite runs.
 2. Writes ``<out>/results.json`` (every record, a JSON array) and
    ``<out>/machine.json`` (CPU, kernel, date, git commit, the build's
    ``build_info.json`` under "build", and under "run" the command line and
@@ -106,6 +122,7 @@ import os
 import platform
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -117,6 +134,22 @@ from typing import Any, Callable, Iterable, Sequence
 # when its program exists in the build directory.
 KNOWN_SUITES = ("switch", "ces", "cqs", "locks")
 PROGRAM_PREFIX = "spindle_bench_"
+
+# Time budget of each suite of the quick run, in seconds (see "Hangs and
+# budgets" above). Quick runs on the project's 2-CPU machine took switch
+# 5-8 s, ces 41-146 s, cqs 49-52 s (then about 10 s more for hang_freedom)
+# and locks 113 s: each budget is about twice the slowest, so that a slow,
+# shared machine still finishes, and a hang costs at most the budget. Their
+# sum, 12 minutes, bounds a quick run (README, "make bench").
+SUITE_BUDGET_S = {"switch": 60, "ces": 240, "cqs": 180, "locks": 240}
+DEFAULT_SUITE_BUDGET_S = 120  # a quick suite not in the table
+FULL_SUITE_BUDGET_S = 4 * 3600  # each suite of --full: a bound, not an estimate
+# The program's own --time-budget: this share of the budget, so that it
+# records what it skips before it is killed.
+SOFT_BUDGET_FRACTION = 0.85
+# After the budget: SIGTERM to the program's process group, and SIGKILL this
+# much later if it is still there.
+KILL_GRACE_S = 5
 
 # A workload is shown as a sweep (wide table + line plot) only when each panel
 # has at least this many values of the swept parameter; below that, per-group
@@ -766,6 +799,17 @@ def render_view(view: WorkloadView, plot: str | None) -> list[str]:
     return lines
 
 
+def suite_outcome(s: dict) -> str:
+    """'ok', 'TIMED OUT (...)' or 'FAILED (...)' for a suite's status."""
+    if s.get("timed_out"):
+        after = (f"; what came after workload {s['last_workload']} did not run"
+                 if s.get("last_workload") else "")
+        return f"TIMED OUT (killed at its budget of {s.get('budget_s', 0):g} s{after})"
+    if s.get("exit_code") == 0:
+        return "ok"
+    return f"FAILED ({s.get('error') or 'exit status %s' % s.get('exit_code')})"
+
+
 def render_header(machine: dict, regenerated_by: str | None) -> list[str]:
     """Title, machine and build table, command line, suite outcomes."""
     build = machine.get("build") or {}
@@ -792,15 +836,16 @@ def render_header(machine: dict, regenerated_by: str | None) -> list[str]:
                   regenerated_by, "```", ""]
     suites = run.get("suites") or []
     if suites:
-        def outcome(s: dict) -> str:
-            if s.get("exit_code") == 0:
-                return "ok"
-            return f"FAILED ({s.get('error') or 'exit status %s' % s.get('exit_code')})"
-
-        rows = [[s["name"], outcome(s), f"{s.get('elapsed_s', 0):.1f} s",
-                 str(s.get("records", 0))] for s in suites]
-        lines += md_table(["suite", "status", "time", "records"], rows,
-                          [False, False, True, True]) + [""]
+        rows = [[s["name"], suite_outcome(s), f"{s.get('elapsed_s', 0):.1f} s",
+                 f"{s['budget_s']:g} s" if s.get("budget_s") else "—",
+                 str(s.get("records", 0)), str(s.get("hung", 0)), str(s.get("skipped", 0))]
+                for s in suites]
+        lines += md_table(["suite", "status", "time", "budget", "records", "hung",
+                           "skipped"], rows,
+                          [False, False, True, True, True, True, True]) + [""]
+        if run.get("budget_s"):
+            lines += [f"The suites' budgets add up to {run['budget_s']:g} s; the run "
+                      f"took {run.get('elapsed_s', 0):.0f} s.", ""]
     lines += ["Each table compares records of one suite, workload, params and "
               "metric. **ratio** = how many times better the reference "
               "variant (marked `(ref)`) is than that row: row/ref when lower "
@@ -1127,7 +1172,10 @@ def render_report(records: Sequence[dict], machine: dict,
         if view.suite != suite:
             suite, workload = view.suite, None
             lines += [f"## Suite `{suite}`", ""]
-            if suite in failed:
+            if suite in failed and failed[suite].get("timed_out"):
+                lines += ["⚠ The suite's program was killed at its time budget; "
+                          "the results below are incomplete.", ""]
+            elif suite in failed:
                 lines += ["⚠ The suite's program failed; the results below may "
                           "be incomplete.", ""]
         if view.workload != workload:
@@ -1403,23 +1451,74 @@ def choose_suites(build_dir: Path, requested: str | None) -> list[str]:
     return suites
 
 
-def run_suite(prog: Path, out_file: Path, full: bool) -> int:
-    """Run one program; its stdout and stderr go straight to ours."""
+def suite_budget(suite: str, full: bool, override: float | None) -> float:
+    """The time budget of one suite, in seconds."""
+    if override is not None:
+        return override
+    if full:
+        return FULL_SUITE_BUDGET_S
+    return SUITE_BUDGET_S.get(suite, DEFAULT_SUITE_BUDGET_S)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGTERM to the program's process group (the program, and the children
+    it forked: a measurement's, the hang-freedom rounds'), SIGKILL after
+    KILL_GRACE_S if it is still there."""
+    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait_s)
+            if sig == signal.SIGTERM:
+                # The leader is gone; children it forked may not be.
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_suite(prog: Path, out_file: Path, full: bool,
+              budget_s: float | None) -> tuple[int, bool]:
+    """Run one program within its budget; its stdout and stderr go straight
+    to ours. Returns (exit status, whether it was killed at the budget).
+
+    The program runs in a process group of its own so that everything it
+    started can be killed together; then it does not see a Ctrl-C at the
+    terminal either, so this kills it on the way out."""
     cmd = [str(prog), "--out", str(out_file), "--full" if full else "--quick"]
+    if budget_s is not None:
+        cmd += ["--time-budget", f"{max(1.0, budget_s * SOFT_BUDGET_FRACTION):g}"]
     try:
-        return subprocess.run(cmd, stdin=subprocess.DEVNULL).returncode
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
     except OSError as e:
         warn(f"cannot run {prog}: {e}")
-        return 127
+        return 127, False
+    try:
+        return proc.wait(timeout=budget_s), False
+    except subprocess.TimeoutExpired:
+        warn(f"{prog.name} overran its budget of {budget_s:g} s: killing it")
+        _kill_group(proc)
+        return proc.wait(), True
+    finally:
+        if proc.poll() is None:  # KeyboardInterrupt or another exception
+            _kill_group(proc)
 
 
 def run_suites(build_dir: Path, suites: Sequence[str], full: bool,
-               tmp_dir: Path) -> tuple[list[dict], list[str], list[dict]]:
+               tmp_dir: Path, budget_override: float | None = None,
+               no_budget: bool = False) -> tuple[list[dict], list[str], list[dict]]:
     """Run the suites in order; return (records, record errors, statuses).
 
-    A failed program's records are kept (its report section is marked);
-    `statuses` holds per suite: name, program, exit_code, elapsed_s, records
-    and, when the failure was not the exit status, error.
+    A failed or killed program's records are kept (its report section is
+    marked); `statuses` holds per suite: name, program, exit_code,
+    elapsed_s, budget_s, records, hung, skipped, timed_out (with
+    last_workload, the workload of its last record) and, when the failure
+    was not the exit status, error.
     """
     records: list[dict] = []
     errors: list[str] = []
@@ -1427,12 +1526,15 @@ def run_suites(build_dir: Path, suites: Sequence[str], full: bool,
     for k, suite in enumerate(suites, start=1):
         prog = program_path(build_dir, suite)
         out_file = tmp_dir / f"{suite}.jsonl"
-        print(f"[{k}/{len(suites)}] suite {suite} ...", flush=True)
+        budget = None if no_budget else suite_budget(suite, full, budget_override)
+        print(f"[{k}/{len(suites)}] suite {suite} ..."
+              + (f" (budget {budget:g} s)" if budget is not None else ""), flush=True)
         start = time.monotonic()
-        code = run_suite(prog, out_file, full)
+        code, timed_out = run_suite(prog, out_file, full, budget)
         elapsed = time.monotonic() - start
         status = {"name": suite, "program": str(prog), "exit_code": code,
-                  "elapsed_s": round(elapsed, 3), "records": 0}
+                  "elapsed_s": round(elapsed, 3), "budget_s": budget, "records": 0,
+                  "timed_out": timed_out}
         got: list[dict] = []
         if out_file.exists():
             got, errs = load_jsonl(out_file)
@@ -1446,11 +1548,19 @@ def run_suites(build_dir: Path, suites: Sequence[str], full: bool,
             status["exit_code"] = code = 1
             status["error"] = f"wrote no {out_file.name}"
         status["records"] = len(got)
+        status["hung"] = sum(1 for r in got if r.get("status") == "hung")
+        status["skipped"] = sum(1 for r in got if r.get("status") == "skipped")
+        if timed_out and got:
+            status["last_workload"] = got[-1]["workload"]
         records += got
         statuses.append(status)
         if code == 0:
             print(f"[{k}/{len(suites)}] suite {suite} done in {elapsed:.1f} s "
-                  f"({len(got)} records)", flush=True)
+                  f"({len(got)} records, {status['hung']} hung, {status['skipped']} skipped)",
+                  flush=True)
+        elif timed_out:
+            print(f"[{k}/{len(suites)}] suite {suite} TIMED OUT: killed at its budget of "
+                  f"{budget:g} s ({len(got)} records kept)", flush=True)
         else:
             what = status.get("error") or f"exited with status {code}"
             print(f"[{k}/{len(suites)}] suite {suite} FAILED after {elapsed:.1f} s: "
@@ -1480,6 +1590,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                         f"{', '.join(KNOWN_SUITES)} that is built)")
     p.add_argument("--full", action="store_true",
                    help="run the programs with --full instead of --quick")
+    p.add_argument("--suite-budget", type=float, metavar="SECONDS",
+                   help="time budget of every suite (default: per suite, "
+                        + ", ".join(f"{k} {v} s" for k, v in SUITE_BUDGET_S.items())
+                        + f"; {FULL_SUITE_BUDGET_S} s with --full)")
+    p.add_argument("--no-budget", action="store_true",
+                   help="no time budget: suites run to their end (a hung "
+                        "measurement is still stopped by the harness)")
     p.add_argument("--compare", type=Path, metavar="OLD_RESULTS_JSON",
                    help="add the median change against an older results.json")
     p.add_argument("--report-only", action="store_true",
@@ -1488,6 +1605,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if not args.report_only and args.build_dir is None:
         p.error("--build-dir is required unless --report-only")
+    if args.suite_budget is not None and not args.suite_budget > 0:
+        p.error("--suite-budget must be positive")
     return args
 
 
@@ -1530,13 +1649,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             warn(str(e))
             return EXIT_USAGE
         out_dir.mkdir(parents=True, exist_ok=True)
+        run_start = time.monotonic()
         with tempfile.TemporaryDirectory(prefix="spindle-bench-") as tmp:
             records, errors, statuses = run_suites(build_dir, suites, args.full,
-                                                   Path(tmp))
+                                                   Path(tmp), args.suite_budget,
+                                                   args.no_budget)
         failed = any(s["exit_code"] != 0 for s in statuses)
         machine = machine_info(build_dir)
+        budgets = [s["budget_s"] for s in statuses]
         machine["run"] = {"command": command_line(), "cwd": os.getcwd(),
                           "mode": "full" if args.full else "quick",
+                          "elapsed_s": round(time.monotonic() - run_start, 1),
+                          "budget_s": None if None in budgets else sum(budgets),
                           "suites": statuses}
         write_json(out_dir / "results.json", records)
         write_json(out_dir / "machine.json", machine)

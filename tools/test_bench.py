@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import unittest
 from pathlib import Path
 
@@ -74,6 +75,15 @@ def rounds_rec(variant: str, rounds: int, finished: int, hung: int,
     return r
 
 
+def _alive(pid: int) -> bool:
+    """Whether process `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
 def hanoi_records() -> list[dict]:
     """A sweep over disks 1..6 with three variants."""
     out = []
@@ -86,13 +96,16 @@ def hanoi_records() -> list[dict]:
 
 
 def write_program(path: Path, body: str) -> None:
-    """Write an executable /bin/sh script; `$OUT` is the --out file."""
+    """Write an executable /bin/sh script; `$OUT` is the --out file, `$MODE`
+    --quick or --full, `$BUDGET` the --time-budget."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("#!/bin/sh\n"
-                    "# Fake suite program: bench.py passes --out FILE --quick|--full.\n"
-                    'OUT=""; MODE=""\n'
+                    "# Fake suite program: bench.py passes --out FILE --quick|--full\n"
+                    "# [--time-budget SECONDS].\n"
+                    'OUT=""; MODE=""; BUDGET=""\n'
                     'while [ $# -gt 0 ]; do\n'
-                    '  case "$1" in --out) OUT="$2"; shift 2;; *) MODE="$1"; shift;; esac\n'
+                    '  case "$1" in --out) OUT="$2"; shift 2;;\n'
+                    '    --time-budget) BUDGET="$2"; shift 2;; *) MODE="$1"; shift;; esac\n'
                     'done\n' + textwrap.dedent(body))
     path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 
@@ -630,6 +643,23 @@ class StatusRecordTest(unittest.TestCase):
         self.assertEqual(sorted(plots.values()), ["switch_yield.png"])
 
 
+class RunSuiteTest(unittest.TestCase):
+    def test_a_program_that_ignores_sigterm_is_killed(self):
+        with tempfile.TemporaryDirectory() as d:
+            prog = Path(d) / "spindle_bench_deaf"
+            write_program(prog, "trap '' TERM\nwhile :; do sleep 0.1; done\n")
+            saved = bench.KILL_GRACE_S
+            bench.KILL_GRACE_S = 0.5
+            try:
+                start = time.monotonic()
+                code, timed_out = bench.run_suite(prog, Path(d) / "out.jsonl", False, 1.0)
+            finally:
+                bench.KILL_GRACE_S = saved
+            self.assertTrue(timed_out)
+            self.assertEqual(code, -9)  # SIGKILL, after SIGTERM was ignored
+            self.assertLess(time.monotonic() - start, 10)
+
+
 class DriverTest(unittest.TestCase):
     """bench.py run as a program on fake suite programs."""
 
@@ -712,6 +742,100 @@ class DriverTest(unittest.TestCase):
         report = (self.out / "report.md").read_text()
         self.assertIn("## Suite `fake`", report)
         self.assertIn("| broken | FAILED (exit status 3) |", report)
+
+    def test_program_that_hangs_is_killed_and_the_run_goes_on(self):
+        # The fake writes a record, starts a child that would outlive it,
+        # and hangs; its budget is 2 s.
+        pid_file = self.tmp / "child.pid"
+        write_program(self.build / "bench" / "spindle_bench_stuck", f"""\
+            echo '{json.dumps(rec("spindle", 1.0, suite="stuck"))}' > "$OUT"
+            sleep 1000 &
+            echo $! > {pid_file}
+            echo "stuck: budget $BUDGET" >&2
+            wait
+            """)
+        start = time.monotonic()
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "stuck,fake", "--suite-budget", "2")
+        elapsed = time.monotonic() - start
+        self.assertEqual(p.returncode, 1, p.stderr)
+        self.assertLess(elapsed, 2 + bench.KILL_GRACE_S + 20)
+        self.assertIn("stuck: budget 1.7", p.stderr)  # SOFT_BUDGET_FRACTION of 2 s
+        self.assertIn("[1/2] suite stuck TIMED OUT: killed at its budget of 2 s (1 records kept)",
+                      p.stdout)
+        self.assertIn("[2/2] suite fake ...", p.stdout)  # the run went on
+        self.assertIn("[2/2] suite fake done", p.stdout)
+        # The hung program's child went with it (its process group).
+        child = int(pid_file.read_text())
+        for _ in range(50):
+            if not _alive(child):
+                break
+            time.sleep(0.1)
+        self.assertFalse(_alive(child), "the program's child outlived the kill")
+        results = json.loads((self.out / "results.json").read_text())
+        self.assertEqual([r["suite"] for r in results], ["stuck", "fake", "fake"])
+        machine = json.loads((self.out / "machine.json").read_text())
+        stuck = machine["run"]["suites"][0]
+        self.assertTrue(stuck["timed_out"])
+        self.assertEqual(stuck["budget_s"], 2)
+        self.assertEqual(stuck["last_workload"], "yield")
+        self.assertEqual(machine["run"]["budget_s"], 4)
+        report = (self.out / "report.md").read_text()
+        self.assertIn("| stuck | TIMED OUT (killed at its budget of 2 s; what came after "
+                      "workload yield did not run) |", report)
+        self.assertIn("⚠ The suite's program was killed at its time budget", report)
+        self.assertIn("## Suite `fake`", report)
+        self.assertIn("The suites' budgets add up to 4 s", report)
+
+    def test_default_budgets_are_passed_on(self):
+        write_program(self.build / "bench" / "spindle_bench_cqs", f"""\
+            echo "cqs: budget $BUDGET" >&2
+            echo '{json.dumps(rec("spindle", 1.0, suite="cqs"))}' > "$OUT"
+            """)
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "cqs,fake")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        soft = bench.SUITE_BUDGET_S["cqs"] * bench.SOFT_BUDGET_FRACTION
+        self.assertIn(f"cqs: budget {soft:g}", p.stderr)
+        self.assertIn(f"suite cqs ... (budget {bench.SUITE_BUDGET_S['cqs']} s)", p.stdout)
+        self.assertIn(f"suite fake ... (budget {bench.DEFAULT_SUITE_BUDGET_S} s)", p.stdout)
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "cqs", "--no-budget")
+        self.assertIn("cqs: budget \n", p.stderr)  # no --time-budget given
+        self.assertNotIn("(budget", p.stdout)
+
+    def test_hung_variants_recorded_by_the_program(self):
+        # What a program writes after its watchdog stopped a variant (see
+        # bench/harness/harness.hpp): the run succeeds, the report shows it.
+        sem = dict(suite="sem", workload="semaphore", params={"permits": 1, "threads": 8},
+                   metric="ops_per_s", higher_is_better=True)
+        lines = [rec("spindle_fiber", 2e6, **sem),
+                 not_measured("std_counting_semaphore", baseline="spindle_fiber",
+                              reason="no result within 10 s (its measurement 3 of 6)", **sem),
+                 rounds_rec("std_counting_semaphore", 1000, 999, 1,
+                            note="1 round hung: lost wake-up: the permit was free")]
+        for r in lines:
+            r["suite"] = "sem"
+        write_program(self.build / "bench" / "spindle_bench_sem",
+                      ': > "$OUT"\n' + "".join(f"echo '{json.dumps(r)}' >> \"$OUT\"\n"
+                                               for r in lines))
+        p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
+                           "--suite", "sem")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("(3 records, 1 hung, 0 skipped)", p.stdout)
+        results = json.loads((self.out / "results.json").read_text())
+        self.assertEqual(results[1]["status"], "hung")
+        report = (self.out / "report.md").read_text()
+        self.assertIn("| sem | ok |", report)
+        self.assertIn("| std_counting_semaphore | hung | — | — | — | — |", report)
+        self.assertIn("| sem | semaphore | permits=1, threads=8 | std_counting_semaphore | "
+                      "no result within 10 s (its measurement 3 of 6) |", report)
+        self.assertIn("| sem | primitive=semaphore, actors=8 | std_counting_semaphore | "
+                      "1,000 | 999 | 1 |", report)
+        # --report-only reads them back from results.json.
+        p = self.run_bench("--out", str(self.out), "--report-only")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertIn("| std_counting_semaphore | hung |", (self.out / "report.md").read_text())
 
     def test_malformed_record_fails_run(self):
         write_program(self.build / "bench" / "spindle_bench_bad", f"""\
