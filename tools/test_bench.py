@@ -23,6 +23,7 @@ import unittest
 from pathlib import Path
 
 BENCH_PY = Path(__file__).resolve().parent / "bench.py"
+REPO = BENCH_PY.parent.parent
 
 try:  # the plots need it; Debian's /usr/bin/python3 has it (python3-matplotlib)
     import matplotlib  # noqa: F401
@@ -872,6 +873,93 @@ class DriverTest(unittest.TestCase):
         self.assertIn("[1/2] suite switch ...", p.stdout)
         self.assertIn("[2/2] suite cqs ...", p.stdout)
         self.assertNotIn("suite fake", p.stdout)
+
+
+def _build_dir() -> Path:
+    """The build holding the benchmark programs: $SPINDLE_BENCH_BUILD_DIR,
+    else build/release."""
+    return Path(os.environ.get("SPINDLE_BENCH_BUILD_DIR") or REPO / "build" / "release")
+
+
+def _cqs_program() -> Path | None:
+    prog = _build_dir() / "bench" / "spindle_bench_cqs"
+    if os.access(prog, os.X_OK):
+        return prog
+    if os.environ.get("SPINDLE_BENCH_REQUIRE"):  # ctest: it must be there
+        raise AssertionError(f"{prog} is not built")
+    return None
+
+
+@unittest.skipUnless(_cqs_program(), "spindle_bench_cqs is not built (cmake --preset release)")
+class HarnessWatchdogTest(unittest.TestCase):
+    """The C++ harness's watchdog and the hang-freedom workload, on the real
+    cqs program with its test-only options (a measurement or a round that
+    hangs on purpose)."""
+
+    def run_cqs(self, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / "cqs.jsonl"
+            p = subprocess.run([str(_cqs_program()), "--out", str(out), *args],
+                               capture_output=True, text=True, timeout=120)
+            records, errors = bench.load_jsonl(out) if out.exists() else ([], ["no output"])
+            self.assertEqual(errors, [])
+            self.assertEqual(sorted(x.name for x in Path(d).iterdir()), ["cqs.jsonl"],
+                             "the restart's state file was left behind")
+        return p, records
+
+    def test_a_measurement_that_hangs_is_recorded_and_the_run_goes_on(self):
+        # The second measurement (the first after the warm-up) of the std
+        # variant blocks forever, in each of the two comparisons: two
+        # restarts, and both comparisons still measure spindle_fiber.
+        p, records = self.run_cqs(
+            "--only", "semaphore", "--permits", "1", "--threads", "2,3", "--reps", "2",
+            "--variants", "spindle_fiber,std_counting_semaphore", "--hang-budget", "2",
+            "--test-hang", "std_counting_semaphore:2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual(p.stderr.count("restarting the program to go on without it"), 2, p.stderr)
+        self.assertEqual([(r["variant"], r["params"]["threads"], r.get("status")) for r in records],
+                         [("spindle_fiber", 2, None), ("std_counting_semaphore", 2, "hung"),
+                          ("spindle_fiber", 3, None), ("std_counting_semaphore", 3, "hung")])
+        self.assertEqual(records[0]["reps"], 2)
+        self.assertIn("no result within 2 s (its measurement 2 of 3 in this comparison",
+                      records[1]["reason"])
+        self.assertIn("std::counting_semaphore", records[1]["note"])
+        self.assertEqual(records[1]["baseline"], "spindle_thread")
+
+    def test_time_budget_skips_what_is_left(self):
+        # Spent before the workload starts: one record for the whole workload.
+        p, records = self.run_cqs("--only", "semaphore", "--threads", "1", "--permits", "1,2",
+                                  "--variants", "spindle_fiber", "--time-budget", "0.001")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([(r["workload"], r["variant"], r["status"]) for r in records],
+                         [("semaphore", "*", "skipped")])
+        self.assertIn("time budget of 0.001 s was spent", records[0]["reason"])
+        # Spent during it: what is left is skipped comparison by comparison
+        # (five of at least 60 ms each; how many fit depends on the machine).
+        p, records = self.run_cqs("--only", "semaphore", "--threads", "1",
+                                  "--permits", "1,2,3,4,5", "--variants", "spindle_fiber",
+                                  "--reps", "1", "--time-budget", "0.2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        statuses = [r.get("status") for r in records]
+        self.assertEqual(statuses[-1], "skipped", statuses)
+        first = statuses.index("skipped")
+        self.assertEqual(statuses[first:], ["skipped"] * (len(statuses) - first), statuses)
+
+    def test_a_hang_freedom_round_that_stalls(self):
+        # One actor of spindle_thread blocks forever (outside the primitive)
+        # in round 5 of its only batch: one round hung, the rest finish, and
+        # the round is not called a lost wake-up.
+        p, records = self.run_cqs("--only", "hang_freedom", "--variants", "spindle_thread",
+                                  "--hf-rounds", "500", "--hf-round-ms", "1000",
+                                  "--hf-test-stall", "spindle_thread:5")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertEqual([r["params"]["primitive"] for r in records],
+                         ["semaphore", "latch", "barrier"])
+        for r in records:
+            self.assertEqual((r["variant"], r["reps"], r["median"], r["hung_rounds"]),
+                             ("spindle_thread", 500, 499, 1), r)
+            self.assertIn("1 round hung: no progress within the round's budget", r["note"])
+            self.assertNotIn("lost wake-up", r["note"])
 
 
 if __name__ == "__main__":
