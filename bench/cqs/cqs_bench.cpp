@@ -92,8 +92,11 @@
 //              follow one another at once (the last actor to finish round r
 //              opens r + 1 at a spinning gate, which cannot lose a wake-up),
 //              500 rounds of one variant in a row, the variants interleaved
-//              (A B C, B C A, ...), up to 100 000 rounds each or until 3 s
-//              (--full: 1 000 000, 20 s) per primitive have passed. Every
+//              (A B C, B C A, ...), up to 100 000 rounds each or until the
+//              primitive's time has passed: 5 s for the semaphore (its
+//              libstdc++ twin has a known lost wake-up, rare enough to need
+//              the rounds), 2 s each for the latch and the barrier (--full:
+//              1 000 000 rounds; 30 s, 10 s, 10 s). Every
 //              round runs in a forked child (one child runs rounds until one
 //              hangs; the next goes on from the round after it: a hung
 //              thread cannot be cancelled, its process can be killed). A
@@ -1393,6 +1396,20 @@ private:
     Barrier b_;
 };
 
+// The batches of rounds [r0, r1) of each primitive, for hf_variant::make.
+template <class Sem>
+std::unique_ptr<hf_batch> hf_make_sem(long, long) {
+    return std::make_unique<hf_sem_batch<Sem>>();
+}
+template <class Latch>
+std::unique_ptr<hf_batch> hf_make_latch(long r0, long r1) {
+    return std::make_unique<hf_latch_batch<Latch>>(r0, r1, hf_actors);
+}
+template <class Barrier>
+std::unique_ptr<hf_batch> hf_make_barrier(long, long) {
+    return std::make_unique<hf_barrier_batch<Barrier>>(hf_actors);
+}
+
 // One competitor of a primitive: how its batch is built and on what its
 // actors run.
 struct hf_variant {
@@ -1640,7 +1657,10 @@ std::vector<hf_tally> hf_run(const hf_plan& p) {
 
 void bench_hang_freedom(harness& h, const run_options& o) {
     const long max_rounds = o.hf_rounds > 0 ? o.hf_rounds : (h.quick() ? 100000 : 1000000);
-    const double seconds = o.hf_seconds > 0 ? o.hf_seconds : (h.quick() ? 3 : 20);
+    // Per primitive, unless --hf-seconds: see the header essay.
+    auto seconds_for = [&](double quick, double full) {
+        return o.hf_seconds > 0 ? o.hf_seconds : h.quick() ? quick : full;
+    };
     const double round_ms = o.hf_round_ms > 0 ? o.hf_round_ms : 2000;
     std::string stall_variant;
     long stall_round = -1;
@@ -1658,49 +1678,38 @@ void bench_hang_freedom(harness& h, const run_options& o) {
         params ps;
         std::vector<hf_variant> variants;
         const char* std_bug;  // a known lost wake-up of the std variant, named where one is seen
+        double seconds;       // time for its rounds
     };
     std::vector<primitive> prims;
+    using spindle_sem = spindle::counting_semaphore<>;
     prims.push_back({"semaphore",
                      {{"primitive", "semaphore"}, {"actors", hf_actors}, {"permits", 1}, {"ops_per_round", hf_sem_ops}},
-                     {{"spindle_fiber", true, [](long, long) { return std::make_unique<hf_sem_batch<spindle::counting_semaphore<>>>(); },
-                       "spindle::counting_semaphore; " + on_fibers},
-                      {"spindle_thread", false, [](long, long) { return std::make_unique<hf_sem_batch<spindle::counting_semaphore<>>>(); },
-                       "spindle::counting_semaphore; " + on_threads},
-                      {"std_counting_semaphore", false,
-                       [](long, long) { return std::make_unique<hf_sem_batch<std::counting_semaphore<>>>(); },
+                     {{"spindle_fiber", true, hf_make_sem<spindle_sem>, "spindle::counting_semaphore; " + on_fibers},
+                      {"spindle_thread", false, hf_make_sem<spindle_sem>, "spindle::counting_semaphore; " + on_threads},
+                      {"std_counting_semaphore", false, hf_make_sem<std::counting_semaphore<>>,
                        "std::counting_semaphore (libstdc++); " + on_threads}},
-                     "libstdc++'s std::counting_semaphore has a known lost wake-up (GCC PR 98033, PR 104928)"});
+                     "libstdc++'s std::counting_semaphore has a known lost wake-up (GCC PR 98033, PR 104928)",
+                     seconds_for(5, 30)});
     prims.push_back({"latch",
                      {{"primitive", "latch"}, {"actors", hf_actors}},
-                     {{"spindle_fiber", true,
-                       [](long r0, long r1) { return std::make_unique<hf_latch_batch<spindle::latch>>(r0, r1, hf_actors); },
-                       "spindle::latch; " + on_fibers},
-                      {"spindle_thread", false,
-                       [](long r0, long r1) { return std::make_unique<hf_latch_batch<spindle::latch>>(r0, r1, hf_actors); },
-                       "spindle::latch; " + on_threads},
-                      {"std_latch", false,
-                       [](long r0, long r1) { return std::make_unique<hf_latch_batch<std::latch>>(r0, r1, hf_actors); },
-                       "std::latch (libstdc++); " + on_threads}},
-                     nullptr});
+                     {{"spindle_fiber", true, hf_make_latch<spindle::latch>, "spindle::latch; " + on_fibers},
+                      {"spindle_thread", false, hf_make_latch<spindle::latch>, "spindle::latch; " + on_threads},
+                      {"std_latch", false, hf_make_latch<std::latch>, "std::latch (libstdc++); " + on_threads}},
+                     nullptr, seconds_for(2, 10)});
     prims.push_back({"barrier",
                      {{"primitive", "barrier"}, {"actors", hf_actors}, {"phases_per_round", hf_barrier_phases}},
-                     {{"spindle_fiber", true,
-                       [](long, long) { return std::make_unique<hf_barrier_batch<spindle::barrier<>>>(hf_actors); },
-                       "spindle::barrier; " + on_fibers},
-                      {"spindle_thread", false,
-                       [](long, long) { return std::make_unique<hf_barrier_batch<spindle::barrier<>>>(hf_actors); },
-                       "spindle::barrier; " + on_threads},
-                      {"std_barrier", false,
-                       [](long, long) { return std::make_unique<hf_barrier_batch<std::barrier<>>>(hf_actors); },
+                     {{"spindle_fiber", true, hf_make_barrier<spindle::barrier<>>, "spindle::barrier; " + on_fibers},
+                      {"spindle_thread", false, hf_make_barrier<spindle::barrier<>>, "spindle::barrier; " + on_threads},
+                      {"std_barrier", false, hf_make_barrier<std::barrier<>>,
                        "std::barrier (libstdc++); " + on_threads}},
-                     nullptr});
+                     nullptr, seconds_for(2, 10)});
     for (primitive& prim : prims) {
         hf_plan plan;
         for (auto& v : prim.variants)
             if (variant_wanted(v.name)) plan.variants.push_back(v);
         if (plan.variants.empty()) continue;
         plan.batches_per_variant = std::max(1L, (max_rounds + hf_batch_rounds - 1) / hf_batch_rounds);
-        plan.deadline_ns = now_ns() + seconds * 1e9;
+        plan.deadline_ns = now_ns() + prim.seconds * 1e9;
         plan.round_ms = round_ms;
         plan.test_stall_variant = stall_variant;
         plan.test_stall_round = stall_round;
@@ -1716,7 +1725,8 @@ void bench_hang_freedom(harness& h, const run_options& o) {
                 note += "; " + std::to_string(count) + (count == 1 ? " round hung: " : " rounds hung: ") + why;
                 lost = lost || why.rfind("lost wake-up", 0) == 0;
             }
-            if (lost && prim.std_bug != nullptr && v.name.rfind("std_", 0) == 0) note += std::string("; ") + prim.std_bug;
+            if (lost && prim.std_bug != nullptr && v.name.rfind("std_", 0) == 0)
+                note += std::string("; ") + prim.std_bug;
             h.report_rounds("hang_freedom", prim.ps, v.name, t.attempted, t.finished, t.hung, round_ms, false, note);
         }
     }
