@@ -845,7 +845,7 @@ def render_header(machine: dict, regenerated_by: str | None) -> list[str]:
                            "skipped"], rows,
                           [False, False, True, True, True, True, True]) + [""]
         if run.get("budget_s"):
-            lines += [f"The suites' budgets add up to {run['budget_s']:g} s; the run "
+            lines += [f"The suites' budgets add up to {run['budget_s']:g} s; the suites "
                       f"took {run.get('elapsed_s', 0):.0f} s.", ""]
     lines += ["Each table compares records of one suite, workload, params and "
               "metric. **ratio** = how many times better the reference "
@@ -1660,7 +1660,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         budgets = [s["budget_s"] for s in statuses]
         machine["run"] = {"command": command_line(), "cwd": os.getcwd(),
                           "mode": "full" if args.full else "quick",
-                          "elapsed_s": round(time.monotonic() - run_start, 1),
+                          "elapsed_s": round(time.monotonic() - run_start, 1),  # the suites
                           "budget_s": None if None in budgets else sum(budgets),
                           "suites": statuses}
         write_json(out_dir / "results.json", records)

@@ -786,7 +786,7 @@ class DriverTest(unittest.TestCase):
                       "workload yield did not run) |", report)
         self.assertIn("⚠ The suite's program was killed at its time budget", report)
         self.assertIn("## Suite `fake`", report)
-        self.assertIn("The suites' budgets add up to 4 s", report)
+        self.assertIn("The suites' budgets add up to 4 s; the suites took", report)
 
     def test_default_budgets_are_passed_on(self):
         write_program(self.build / "bench" / "spindle_bench_cqs", f"""\
