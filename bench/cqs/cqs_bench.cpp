@@ -85,7 +85,7 @@
 //   hang_freedom  Does a primitive lose a wake-up? Short contended rounds,
 //              repeated many times, each with a time budget, for spindle
 //              (fibers and threads) and the standard library: 8 actors;
-//              semaphore: 1 permit, per round each actor 4 x { acquire;
+//              semaphore: 1 permit, per round each actor 8 x { acquire;
 //              500 ns of work; release }; latch: per round each actor
 //              arrive_and_wait()s on the round's latch (count 8); barrier:
 //              per round each actor arrive_and_wait()s 4 times. Rounds
@@ -1249,7 +1249,7 @@ void bench_pool(harness& h, const run_options& o) {
 // hang_freedom (see the header essay)
 
 constexpr int hf_actors = 8;            // actors of every round
-constexpr int hf_sem_ops = 4;           // semaphore: acquire + release per actor per round
+constexpr int hf_sem_ops = 8;           // semaphore: acquire + release per actor per round
 constexpr int hf_barrier_phases = 4;    // barrier: phases per round
 constexpr double hf_sem_cs_ns = 500;    // semaphore: work while holding the permit
 constexpr long hf_batch_rounds = 500;   // rounds of one variant in a row (one harness-like "measurement")
