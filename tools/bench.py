@@ -5,6 +5,7 @@ Usage (from the repository root)::
 
     /usr/bin/python3 tools/bench.py --build-dir build/release \\
         --out bench/results/latest [--suite switch[,ces,...]] [--full] \\
+        [--suite-budget SECONDS | --no-budget] \\
         [--compare OLD/results.json] [--report-only]
 
 What it does
@@ -38,9 +39,11 @@ What it does
    ``<out>/machine.json`` (CPU, kernel, date, git commit, the build's
    ``build_info.json`` under "build", and under "run" the command line and
    how each suite ended).
-3. Writes ``<out>/report.md``: machine header, the targets the project's
-   issues set (TARGETS below: each measured point, met or MISSED; also
-   summed up on stdout), then per suite, per workload,
+3. Writes ``<out>/report.md``: machine header (with how each suite ended
+   and its budget), the targets the project's issues set (TARGETS below:
+   each measured point, met or MISSED; also summed up on stdout), a
+   "Hangs" section (the hang-freedom rounds, what hung, what was skipped),
+   then per suite, per workload,
    one table per comparison group (records sharing suite, workload, params and
    metric), or one wide table when the workload is a sweep over one numeric
    parameter; ratios against the group's reference variant.
