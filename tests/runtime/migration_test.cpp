@@ -48,16 +48,19 @@ constexpr int kIters = 300;
 #else
 constexpr int kIters = 1500;
 #endif
-// A run too short for the other workers to wake may never move a fiber: the
-// fibers then go on (up to this many rounds) until one has moved.
-constexpr int kMaxIters = 200 * kIters;
-
+// A run too short for the other workers to wake may never move a fiber, and
+// busy workers steal nothing: a fiber moves when another worker is idle
+// while it is ready. So after kIters rounds with no move yet, the fibers go
+// on, sleeping now and then (a worker whose fibers all sleep goes looking
+// for work on the others), until one has moved or kMoveDeadline has passed.
+constexpr auto kMoveDeadline = std::chrono::seconds(60);
 // What the fibers of one test saw.
 struct observations {
     std::atomic<long> wrong_fiber{0};   // get_id() named another fiber
     std::atomic<long> wrong_worker{0};  // worker_index() is another thread's worker
     std::atomic<long> migrations{0};    // worker changes seen across a switch
     std::atomic<long> tid_of_worker[16] = {};
+    const std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
 
     // After anything that may have switched: are we who and where we think?
     void check(fiber::id me, int& last_worker) {
@@ -77,16 +80,21 @@ struct observations {
     }
 
     // Go on with round k? At least kIters rounds, then until a fiber has
-    // migrated (with one worker: never).
+    // migrated (with one worker: never), or the deadline.
     bool more(int k, unsigned workers) const {
-        return k < kIters || (workers > 1 && k < kMaxIters && migrations.load(std::memory_order_relaxed) == 0);
+        if (k < kIters) return true;
+        if (workers < 2 || migrations.load(std::memory_order_relaxed) != 0) return false;
+        if (std::chrono::steady_clock::now() - start > kMoveDeadline) return false;
+        if (k % 16 == 0) this_fiber::sleep_for(std::chrono::microseconds(200));
+        return true;
     }
 
     void expect_clean(unsigned workers) {
         EXPECT_EQ(wrong_fiber.load(), 0);
         EXPECT_EQ(wrong_worker.load(), 0);
         // With several workers the fibers move (the rounds went on until
-        // they did; otherwise this test would not test migration).
+        // they did, or a minute passed; otherwise this test would not test
+        // migration).
         if (workers > 1) {
             EXPECT_GT(migrations.load(), 0);
         }
