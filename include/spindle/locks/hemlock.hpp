@@ -138,6 +138,7 @@
 #pragma once
 
 #include <atomic>
+#include <type_traits>
 #include <bit>
 #include <climits>
 #include <cstdint>
@@ -173,6 +174,29 @@ template <class Word>
 struct alignas(arch::cache_line) hemlock_grant {
     Word word{0};
 };
+
+// CTR's read of a Grant word (Listing 2 line 15): fetch_add(0), a read done
+// as an atomic read-modify-write so that the line comes to the unlocker in
+// the exclusive state, ready for the successor's acknowledgement to find.
+// Clang lowers an idempotent RMW on x86-64 to `mfence; mov` (LLVM's
+// lowerIdempotentRMWIntoFencedLoad), a plain read that brings the line in
+// shared: the traffic CTR exists to avoid. So on x86-64 it is a `lock xadd`
+// of 0 in asm, on every compiler (a locked instruction is a full barrier, so
+// at least acquire). ThreadSanitizer cannot see into asm: its builds keep the
+// fetch_add, as do models' atomics and other architectures (GCC and Clang
+// keep an RMW there). tests/locks/hemlock_ctr_codegen.cmake checks the code.
+template <class Word>
+SPINDLE_ALWAYS_INLINE std::uintptr_t ctr_read_acquire(Word& w) noexcept {
+#if defined(__x86_64__) && !SPINDLE_TSAN
+    if constexpr (std::is_same_v<Word, std::atomic<std::uintptr_t>>) {
+        static_assert(sizeof(Word) == sizeof(std::uintptr_t) && std::atomic<std::uintptr_t>::is_always_lock_free);
+        std::uintptr_t v = 0;
+        __asm__ volatile("lock xaddq %0, %1" : "+r"(v), "+m"(*reinterpret_cast<std::uintptr_t*>(&w)) : : "memory");
+        return v;
+    }
+#endif
+    return w.fetch_add(0, std::memory_order_acquire);
+}
 
 // The futex half of a Grant word: its low 32 bits, which hold both flags.
 inline std::atomic<std::uint32_t>* grant_futex(std::atomic<std::uintptr_t>& w) noexcept {
@@ -463,7 +487,7 @@ private:
         std::uintptr_t v;
         for (;;) {
             if constexpr (V == hemlock_variant::ctr || V == hemlock_variant::aho)
-                v = g.fetch_add(0, std::memory_order_acquire);  // CTR: Listing 2 line 15
+                v = detail::ctr_read_acquire(g);  // CTR: Listing 2 line 15; acquire or stronger
             else
                 v = g.load(std::memory_order_acquire);  // Listing 1 line 21
             if (detail::grant_lock_of(v) == 0) return;
