@@ -4,6 +4,8 @@
 // can outlive a switch.
 #include <spindle/arch/context.hpp>
 
+#include <atomic>
+
 namespace spindle::arch::detail {
 
 __thread const eh_state* tl_eh_globals SPINDLE_TLS_NAME("spindle_tl_eh_globals")
@@ -13,6 +15,25 @@ __thread const eh_state* tl_eh_globals SPINDLE_TLS_NAME("spindle_tl_eh_globals")
 // against a library built without one (it is then never read).
 __thread context* asan_switch_from SPINDLE_TLS_NAME("spindle_asan_switch_from")
     __attribute__((tls_model("initial-exec"), used)) = nullptr;
+
+namespace {
+// Set once by the memory layer before any context exists (relaxed: the
+// setter's thread publishes its first stack, and with it every context, by
+// the hand-overs that let another thread switch to it).
+std::atomic<void (*)() noexcept> g_first_switch_hook{nullptr};
+}  // namespace
+
+void set_first_switch_hook(void (*hook)() noexcept) noexcept {
+    g_first_switch_hook.store(hook, std::memory_order_relaxed);
+}
+
+eh_state* eh_globals_first_lookup() noexcept {
+    if (auto* hook = g_first_switch_hook.load(std::memory_order_relaxed)) hook();
+    const eh_state** slot = eh_globals_slot();
+    const auto* g = reinterpret_cast<const eh_state*>(abi::__cxa_get_globals());
+    *slot = g;
+    return const_cast<eh_state*>(g);
+}
 
 }  // namespace spindle::arch::detail
 

@@ -14,6 +14,8 @@
 // is installed.
 #include <spindle/memory/stack.hpp>
 
+#include <spindle/arch/context.hpp>
+
 #include <spindle/arch/config.hpp>
 
 #include <signal.h>
@@ -491,10 +493,17 @@ stack_pool* this_thread_pool() noexcept {
 // ---------------------------------------------------------------------------
 // 4. SIGSEGV handler and sigaltstack
 
-// The SIGSEGV disposition before ours. Written once, under g_install_mutex,
-// before our handler is installed; the sigaction() that installs the handler
-// is a syscall, which orders the write before any delivery of our handler.
-struct sigaction g_previous_segv;
+// The SIGSEGV disposition before ours, which the handler chains to. Two
+// slots, each written once under g_install_mutex and only before it is
+// published in g_previous_segv: slot 0 with what we read before installing,
+// slot 1 only if the install replaced something else (another thread changed
+// the disposition in between). The handler reads g_previous_segv (acquire,
+// pairs with the release stores below: a lock-free pointer load, safe in a
+// signal handler) and then its slot, which is never written again -- so a
+// fault on another thread during the installation never sees a half-written
+// action.
+struct sigaction g_previous_segv_slots[2];
+std::atomic<const struct sigaction*> g_previous_segv{nullptr};
 std::mutex g_install_mutex;
 // Pairs: store(release) after installing, load(acquire) in the fast path of
 // install_overflow_handler, so a caller that sees `true` sees a finished
@@ -642,9 +651,16 @@ const registry_slot* find_overflowed_stack(std::uintptr_t addr, std::uintptr_t s
     return sp_inside_other_stack ? nullptr : sp_candidate;
 }
 
-// Hands the fault to whoever had SIGSEGV before us.
+// Hands the fault to whoever had SIGSEGV before us, as the kernel would have
+// called it: with its sa_mask blocked too, SIGSEGV unblocked for SA_NODEFER
+// (ours runs with it blocked), and the disposition reset to the default
+// first for SA_RESETHAND. The mask need not be restored: returning from our
+// handler restores the one the fault interrupted; a handler that jumps out
+// keeps the mask it would have had if the kernel had called it.
 void chain_to_previous(int sig, siginfo_t* info, void* ucontext) noexcept {
-    const struct sigaction& prev = g_previous_segv;
+    const struct sigaction* published = g_previous_segv.load(std::memory_order_acquire);  // pairs with install
+    struct sigaction prev{};
+    if (published != nullptr) prev = *published;  // else: SIG_DFL (a fault before the first install finished)
     if (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) {
         // Default action: restore it and let the fault happen again (it does,
         // when we return to the faulting instruction). A SIGSEGV sent with
@@ -657,6 +673,22 @@ void chain_to_previous(int sig, siginfo_t* info, void* ucontext) noexcept {
         if (info == nullptr || info->si_code <= 0) ::raise(sig);
         return;
     }
+    if ((prev.sa_flags & SA_RESETHAND) != 0) {
+        struct sigaction dfl{};
+        dfl.sa_handler = SIG_DFL;
+        ::sigemptyset(&dfl.sa_mask);
+        ::sigaction(SIGSEGV, &dfl, nullptr);
+    }
+    sigset_t mask = prev.sa_mask;
+    if ((prev.sa_flags & SA_NODEFER) == 0) {
+        ::sigaddset(&mask, sig);
+    } else {
+        sigset_t unblock;
+        ::sigemptyset(&unblock);
+        ::sigaddset(&unblock, sig);
+        ::pthread_sigmask(SIG_UNBLOCK, &unblock, nullptr);  // a system call: async-signal-safe on Linux
+    }
+    ::pthread_sigmask(SIG_BLOCK, &mask, nullptr);
     if ((prev.sa_flags & SA_SIGINFO) != 0) {
         prev.sa_sigaction(sig, info, ucontext);
     } else {
@@ -676,6 +708,8 @@ void spindle_segv_handler(int sig, siginfo_t* info, void* ucontext) {
     errno = saved_errno;
 }
 
+void first_switch_on_thread() noexcept;  // below
+
 SPINDLE_COLD void install_process_handler() {
     // Once per process, before its first stack or scheduler: a malformed
     // SPINDLE_STACK_SIZE stops it here, even when every fiber and generator
@@ -686,21 +720,27 @@ SPINDLE_COLD void install_process_handler() {
     (void)page_size();
     std::lock_guard<std::mutex> lock(g_install_mutex);
     if (g_handler_installed.load(std::memory_order_relaxed)) return;  // under the mutex
-    struct sigaction previous{};
+    struct sigaction& previous = g_previous_segv_slots[0];
     if (::sigaction(SIGSEGV, nullptr, &previous) != 0)
         throw std::system_error(errno, std::generic_category(), "spindle: reading the SIGSEGV disposition");
-    g_previous_segv = previous;
+    g_previous_segv.store(&previous, std::memory_order_release);  // pairs with chain_to_previous
     struct sigaction ours{};
     ours.sa_sigaction = &spindle_segv_handler;
     ours.sa_flags = SA_SIGINFO | SA_ONSTACK;
     ::sigemptyset(&ours.sa_mask);
-    struct sigaction replaced{};
+    struct sigaction& replaced = g_previous_segv_slots[1];
     if (::sigaction(SIGSEGV, &ours, &replaced) != 0)
         throw std::system_error(errno, std::generic_category(), "spindle: installing the SIGSEGV handler");
     // Someone changed it between the two calls (another thread, outside our
-    // mutex): chain to what we actually replaced. A fault in that window
-    // would have chained to the older handler, which is the best we can do.
-    if (replaced.sa_handler != previous.sa_handler) g_previous_segv = replaced;
+    // mutex): chain to what we actually replaced, published whole in its own
+    // slot. A fault in that window chains to the older handler, which is the
+    // best we can do.
+    if (replaced.sa_handler != previous.sa_handler || replaced.sa_flags != previous.sa_flags)
+        g_previous_segv.store(&replaced, std::memory_order_release);  // pairs with chain_to_previous
+    // A thread's first context switch gives it its alternate signal stack
+    // (arch/context.hpp, set_first_switch_hook): a context may first run on
+    // a thread that never called into spindle before.
+    arch::detail::set_first_switch_hook(&first_switch_on_thread);
     g_handler_installed.store(true, std::memory_order_release);  // pairs with the fast-path load
 }
 
@@ -730,20 +770,31 @@ struct thread_altstack {
 constinit thread_local bool t_altstack_checked = false;
 thread_local thread_altstack t_altstack;
 
+// The alternate signal stack the overflow handler needs: altstack_min_size,
+// or four of the kernel's minimum signal frames if that is more (the frame
+// grows with the CPU's register state: AVX-512, AMX).
+std::size_t altstack_size_needed() noexcept {
+    std::size_t size = altstack_min_size;
+    if (const unsigned long min_frame = ::getauxval(AT_MINSIGSTKSZ); min_frame * 4 > size) size = min_frame * 4;
+    return size;
+}
+
 SPINDLE_COLD void install_thread_altstack() {
     stack_t current{};
     if (::sigaltstack(nullptr, &current) != 0)
         throw std::system_error(errno, std::generic_category(), "spindle: reading the sigaltstack");
-    if ((current.ss_flags & SS_DISABLE) == 0) {  // the thread has one (ASan's, the program's)
+    // The thread has one (ASan's, the program's): keep it if the handler fits
+    // (or if we run on it now, in a handler, and so cannot change it); a
+    // smaller one is replaced -- the report would overflow it, and the
+    // process would die without a word. Every handler with SA_ONSTACK then
+    // runs on ours, which is larger.
+    if ((current.ss_flags & SS_DISABLE) == 0 &&
+        ((current.ss_flags & SS_ONSTACK) != 0 || current.ss_size >= altstack_size_needed())) {
         t_altstack_checked = true;
         return;
     }
     const std::size_t page = page_size();
-    std::size_t size = altstack_min_size;
-    // The kernel's minimum signal frame grows with the CPU's register state
-    // (AVX-512, AMX); keep a margin of four frames for the handler's own use.
-    if (const unsigned long min_frame = ::getauxval(AT_MINSIGSTKSZ); min_frame * 4 > size) size = min_frame * 4;
-    size = round_up(size, page);
+    const std::size_t size = round_up(altstack_size_needed(), page);
     const std::size_t map_size = page + size;
     void* mem = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
@@ -765,6 +816,17 @@ SPINDLE_COLD void install_thread_altstack() {
     t_altstack.map = base;  // first use constructs t_altstack and registers its destructor
     t_altstack.map_size = map_size;
     t_altstack_checked = true;
+}
+
+// The first context switch of a thread (arch::detail::set_first_switch_hook).
+void first_switch_on_thread() noexcept {
+    if (t_altstack_checked) return;
+    try {
+        install_thread_altstack();
+    } catch (...) {
+        // Out of memory or mappings: the thread runs on without an overflow
+        // report (a diagnostic, not a guarantee; stack.hpp).
+    }
 }
 
 }  // namespace

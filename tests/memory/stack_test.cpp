@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -572,6 +573,69 @@ TEST(StackDeathTest, ChainsToThePreviousHandler) {
         testing::ExitedWithCode(7), "user handler ran");
 }
 
+// A previous handler is called as the kernel would have called it: with its
+// sa_mask added to the blocked signals, SIGSEGV blocked unless SA_NODEFER,
+// and SIGSEGV reset to the default first with SA_RESETHAND.
+void flag_checking_segv_handler(int, siginfo_t*, void*) {
+    sigset_t now;
+    ::pthread_sigmask(SIG_SETMASK, nullptr, &now);
+    struct sigaction disp{};
+    ::sigaction(SIGSEGV, nullptr, &disp);
+    int code = 0;
+    if (sigismember(&now, SIGUSR1) != 1) code |= 1;  // its sa_mask
+    if (sigismember(&now, SIGSEGV) != 0) code |= 2;  // SA_NODEFER: SIGSEGV not blocked
+    if (disp.sa_handler != SIG_DFL) code |= 4;        // SA_RESETHAND
+    ::_exit(code == 0 ? 9 : 20 + code);
+}
+
+TEST(StackDeathTest, ChainingHonoursThePreviousHandlersFlags) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_EXIT(
+        {
+            struct sigaction sa{};
+            sa.sa_sigaction = &flag_checking_segv_handler;
+            sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_RESETHAND;
+            sigemptyset(&sa.sa_mask);
+            sigaddset(&sa.sa_mask, SIGUSR1);
+            sigaction(SIGSEGV, &sa, nullptr);
+            spindle::detail::install_overflow_handler();
+            null_write_body();
+        },
+        testing::ExitedWithCode(9), "");
+}
+
+// A thread whose own alternate signal stack is too small for the handler
+// gets spindle's instead: else its overflow report could itself overflow,
+// and the process die without a word.
+TEST(StackDeathTest, TooSmallThreadAltStackIsReplaced) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            std::thread([] {
+                // The smallest stack the kernel accepts, right above a
+                // PROT_NONE page: a handler that needs more faults at once.
+                const std::size_t page = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
+                std::size_t size = ::getauxval(AT_MINSIGSTKSZ);
+                if (size < 2048) size = 2048;
+                const std::size_t map = page + ((size + page - 1) / page) * page;
+                auto* base = static_cast<char*>(
+                    ::mmap(nullptr, map, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+                if (base == MAP_FAILED || ::mprotect(base, page, PROT_NONE) != 0) std::_Exit(2);
+                stack_t ss{};
+                ss.ss_size = size;
+                ss.ss_sp = base + map - size;
+                if (::sigaltstack(&ss, nullptr) != 0) std::_Exit(3);
+                stack_region s = acquire_stack(min_stack_size);
+                set_stack_owner(s, stack_owner::fiber, 77);
+                stack_t now{};
+                ::sigaltstack(nullptr, &now);
+                if (now.ss_size < spindle::detail::altstack_min_size) std::_Exit(4);  // kept the tiny one
+                run_on_stack(s, &overflow_body);
+            }).join();
+        },
+        "spindle: fiber 77 overflowed");
+}
+
 TEST(Stack, InstallOverflowHandlerGivesThreadsAnAltStack) {
     std::thread([] {
         stack_t before{};
@@ -581,10 +645,10 @@ TEST(Stack, InstallOverflowHandlerGivesThreadsAnAltStack) {
         stack_t after{};
         ASSERT_EQ(::sigaltstack(nullptr, &after), 0);
         EXPECT_EQ(after.ss_flags & SS_DISABLE, 0);
-        if ((before.ss_flags & SS_DISABLE) == 0) {
+        if ((before.ss_flags & SS_DISABLE) == 0 && before.ss_size >= spindle::detail::altstack_min_size) {
             EXPECT_EQ(after.ss_sp, before.ss_sp);  // kept the thread's own (ASan gives threads one)
         } else {
-            EXPECT_GE(after.ss_size, spindle::detail::altstack_min_size);
+            EXPECT_GE(after.ss_size, spindle::detail::altstack_min_size);  // ours (a smaller one is replaced)
         }
     }).join();
 }

@@ -336,6 +336,26 @@ TEST(Generator, TooSmallStackIsRejected) {
     EXPECT_THROW(generator<int>([](auto&) {}, 1024), std::invalid_argument);
 }
 
+// A generator made on one thread and first resumed on another that never
+// ran anything of spindle: that thread has no alternate signal stack of
+// spindle's, so an overflow there could not even run the handler (the
+// process died without a word). Its first switch gives it one.
+TEST(GeneratorDeath, OverflowOnAThreadThatNeverRanSpindleNamesTheGenerator) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            generator<int> g([](auto& y) {
+                y(1);
+                y(spindle::test::dig(0));
+            }, 16 * 1024);
+            std::thread([&] {
+                g.next();
+                g.next();
+            }).join();
+        },
+        "spindle: generator [0-9]+ overflowed its 16384-byte stack");
+}
+
 // As for fibers (fiber_test.cpp): a forced unwind inside the body stops the
 // program naming the generator.
 TEST(GeneratorDeath, PthreadExitInsideTheBodyNamesTheGenerator) {

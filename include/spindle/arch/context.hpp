@@ -105,14 +105,24 @@ SPINDLE_ALWAYS_INLINE const eh_state** eh_globals_slot() noexcept {
 }
 // For the fast test only: this thread's state, or eh_lookup_pending.
 SPINDLE_ALWAYS_INLINE const eh_state* eh_globals_peek() noexcept { return *eh_globals_slot(); }
+// The first switch of a thread looks its state up (src/arch/context.cpp):
+// out of line, and it first runs the hook set by set_first_switch_hook.
+SPINDLE_NOINLINE eh_state* eh_globals_first_lookup() noexcept;
 // This thread's state, to read and write.
 SPINDLE_ALWAYS_INLINE eh_state* eh_globals() noexcept {
-    const eh_state** slot = eh_globals_slot();
-    const eh_state* g = *slot;
+    const eh_state* g = *eh_globals_slot();
     if (g == &eh_lookup_pending) [[unlikely]]
-        g = *slot = reinterpret_cast<const eh_state*>(abi::__cxa_get_globals());
+        return eh_globals_first_lookup();
     return const_cast<eh_state*>(g);
 }
+// What a thread must have before its first switch: the memory layer sets it
+// to give the thread its alternate signal stack (memory/stack.hpp,
+// install_overflow_handler), so that a context first resumed on a thread
+// that never ran anything else of spindle -- a generator made elsewhere --
+// can still report its stack overflow. Every switch kind (fiber, generator,
+// TCLock) looks the exception state up on a thread's first switch, so this
+// costs the switches nothing after that.
+void set_first_switch_hook(void (*hook)() noexcept) noexcept;
 #if SPINDLE_ASAN
 // The context a switch on this thread started from (spindle_asan_switch_from);
 // written just before the switch and read right after it lands, to record

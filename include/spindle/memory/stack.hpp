@@ -209,10 +209,13 @@ std::size_t trim_stack_pool(std::size_t max_unmaps) noexcept;
 void set_stack_owner(const stack_region& s, stack_owner kind, std::uint64_t id) noexcept;
 
 // Install (once per process, idempotent, thread-safe) the SIGSEGV handler, and
-// (once per thread) a sigaltstack of at least altstack_min_size for the calling
-// thread if it has none; that sigaltstack is freed when the thread exits.
+// (once per thread) a sigaltstack of at least altstack_min_size (or four of
+// the kernel's minimum signal frames, if more) for the calling thread if it
+// has none or a smaller one; that sigaltstack is freed when the thread exits.
 // acquire_stack() calls both, so any thread that ever acquires a stack is
-// covered. Worker threads also call it when they start.
+// covered. Worker threads also call it when they start, and so does the
+// first context switch of any thread (a generator made on one thread and
+// resumed on another that never called into spindle).
 //
 // The handler (SA_SIGINFO | SA_ONSTACK) calls a fault a guard hit when, for
 // some registered stack S,
@@ -229,7 +232,8 @@ void set_stack_owner(const stack_region& s, stack_owner kind, std::uint64_t id) 
 // On a hit it writes, with write(2) only,
 //   "spindle: fiber <id> overflowed its <usable>-byte stack; raise it with ..."
 // (or the generator / ownerless variant), resets SIGABRT to its default and
-// aborts. Otherwise it calls the previously installed handler, or, if that was
+// aborts. Otherwise it calls the previously installed handler as the kernel
+// would have (its sa_mask, SA_NODEFER, SA_RESETHAND honoured), or, if that was
 // SIG_DFL or SIG_IGN, restores SIG_DFL and returns so the fault happens again
 // and kills the process with SIGSEGV as it would have without spindle.
 //
