@@ -88,9 +88,6 @@ struct fiber_options {
 
 namespace detail {
 
-[[noreturn]] SPINDLE_COLD void fatal(const char* fmt, ...) noexcept
-    __attribute__((format(printf, 1, 2)));
-
 // Scheduler internals the templates below need (src/runtime/scheduler.cpp).
 scheduler_state* current_scheduler_state() noexcept;  // of the calling fiber, or null
 scheduler_state* default_scheduler_state();           // process-wide, made on first use

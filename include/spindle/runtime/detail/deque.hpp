@@ -18,17 +18,28 @@
 // the owner copies [top, bottom) into the new buffer and keeps the old one
 // until the deque is destroyed, so a thief still reading the old buffer reads
 // a valid (identical) element. Memory: at most 2x the largest size reached.
+//
+// push() is called from the scheduler's noexcept paths (a wake-up, a CES
+// handoff): a growth that cannot get memory cannot be reported to anyone who
+// could act on it, and the fiber it carries cannot be dropped. So it stops
+// the program with a message naming the cause ("out of memory growing a
+// worker's run queue from N to 2N fibers") rather than letting
+// std::bad_alloc reach a noexcept frame and terminate without one.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <new>
 #include <vector>
 
 #include <spindle/arch/config.hpp>
 
 namespace spindle::detail {
+
+// src/runtime/scheduler.cpp (one message format for the whole runtime).
+[[noreturn]] SPINDLE_COLD void fatal(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 
 template <class T>
 class ws_deque {
@@ -51,8 +62,8 @@ public:
     ws_deque(const ws_deque&) = delete;
     ws_deque& operator=(const ws_deque&) = delete;
 
-    // Owner only.
-    void push(T* x) {
+    // Owner only. Out of memory for a growth: stops the program (see above).
+    void push(T* x) noexcept {
         std::int64_t b = bottom_.load(std::memory_order_relaxed);
         // acquire pairs with a thief's CAS of top: we do not overwrite a slot
         // before the thief that took it has read it.
@@ -118,8 +129,15 @@ public:
     }
 
 private:
-    SPINDLE_NOINLINE buffer* grow(buffer* a, std::int64_t t, std::int64_t b) {
-        auto nb = std::make_unique<buffer>((a->mask + 1) * 2);
+    SPINDLE_NOINLINE buffer* grow(buffer* a, std::int64_t t, std::int64_t b) noexcept {
+        const std::size_t cap = (a->mask + 1) * 2;
+        std::unique_ptr<buffer> nb;
+        try {
+            nb = std::make_unique<buffer>(cap);
+            buffers_.reserve(buffers_.size() + 1);  // the push_back below cannot throw then
+        } catch (const std::bad_alloc&) {
+            fatal("out of memory growing a worker's run queue from %zu to %zu fibers", a->mask + 1, cap);
+        }
         // relaxed copies: the new buffer is published by the release store of buf_ below.
         for (std::int64_t i = t; i < b; ++i) nb->at(i).store(a->at(i).load(std::memory_order_relaxed),
                                                             std::memory_order_relaxed);
