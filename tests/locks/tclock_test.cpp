@@ -20,6 +20,7 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <climits>
 #include <cstdint>
@@ -73,18 +74,34 @@ bool in_futex_on(long t, std::uintptr_t lo, std::uintptr_t hi) {
     return n == 2 && nr == SYS_futex && a0 >= lo && a0 < hi;
 }
 
-// Whether /proc shows what system call a thread is in (not everywhere: some
-// sandboxes and security modules hide it). The tests that wait on
-// in_futex_on() skip without it rather than wait forever.
+// Whether /proc shows what system call a thread is in, in this ABI's numbers
+// (not everywhere: some sandboxes and security modules hide it, and under an
+// emulator such as qemu-user it shows the host's calls). A helper thread
+// sleeps in a futex wait on a word of ours; we look for exactly that for up
+// to two seconds. The tests that wait on in_futex_on() skip without it
+// rather than wait forever.
 bool syscalls_visible() {
-    char path[64];
-    std::snprintf(path, sizeof path, "/proc/self/task/%ld/syscall", tid());
-    std::FILE* f = std::fopen(path, "r");
-    if (f == nullptr) return false;
-    long nr = -1;
-    const int n = std::fscanf(f, "%ld", &nr);
-    std::fclose(f);
-    return n == 1 && nr >= 0;  // this thread is in read() right now
+    static const bool visible = [] {
+        std::atomic<std::uint32_t> word{0};
+        std::atomic<long> helper{0};
+        std::thread t([&] {
+            helper.store(tid());
+            while (word.load() == 0)
+                ::syscall(SYS_futex, &word, FUTEX_WAIT_PRIVATE, 0, nullptr, nullptr, 0);
+        });
+        while (helper.load() == 0) std::this_thread::yield();
+        const auto lo = reinterpret_cast<std::uintptr_t>(&word);
+        bool seen = false;
+        for (int i = 0; i < 2000 && !seen; ++i) {
+            seen = in_futex_on(helper.load(), lo, lo + sizeof word);
+            if (!seen) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        word.store(1);
+        ::syscall(SYS_futex, &word, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+        t.join();
+        return seen;
+    }();
+    return visible;
 }
 
 // pthread_self() is declared `const`: code that calls it before lock() and
@@ -1138,7 +1155,7 @@ TEST(TClockNested, DeepChainBothOrders) {
 // mutual exclusion; every lock must count each of its sections once, and the
 // chain must unwind. Deterministic: each level waits for a queue state.
 TEST(TClockNested, DeeperThanTheEphemeralStackTakesTheGateItself) {
-    if (!syscalls_visible()) GTEST_SKIP() << "/proc/self/task/<tid>/syscall is not readable here";
+    if (!syscalls_visible()) GTEST_SKIP() << "/proc/self/task/<tid>/syscall does not show this ABI's system calls here";
     using L = tclock_blocking;
     constexpr int cap = 1024;  // levels; 256 KiB hold a few hundred frames
     std::vector<L> locks(cap + 1);
@@ -1255,7 +1272,7 @@ TYPED_TEST_SUITE(TClockParking, parking_types);
 // mark_processing finds C parked, runs C's section (C sleeps on), and its
 // notify must wake C with "done": the test completes only if it does.
 TYPED_TEST(TClockParking, SleepingWaiterIsCombinedAndWoken) {
-    if (!syscalls_visible()) GTEST_SKIP() << "/proc/self/task/<tid>/syscall is not readable here";
+    if (!syscalls_visible()) GTEST_SKIP() << "/proc/self/task/<tid>/syscall does not show this ABI's system calls here";
     TypeParam m;
     long own[3] = {}, inside[3] = {}, after[3] = {};
     bool delegated[3] = {};
