@@ -1,8 +1,6 @@
 // Out-of-line parts of spindle::generator (include/spindle/runtime/generator.hpp).
 #include <spindle/runtime/generator.hpp>
 
-#include <cxxabi.h>
-
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -25,14 +23,15 @@ void generator_entry(arch::raw_context* self, arch::raw_context*) noexcept {
         f->invoke(f);
     } catch (const generator_unwind&) {
         // ~generator asked for it: the body's locals are destroyed.
-    } catch (abi::__forced_unwind&) {
-        // pthread_exit() or a thread cancellation inside the body: it cannot
-        // be swallowed, nor carried to the consumer's stack (see fiber_entry).
-        generator_misuse(f->id,
-                         "body called pthread_exit() or was cancelled as a thread: a generator's body ends by "
-                         "returning, and its thread must not be cancelled while it runs");
     } catch (...) {
         f->error = std::current_exception();
+        // A forced unwind (pthread_exit() or a thread cancellation inside the
+        // body): it cannot be swallowed, nor carried to the consumer's stack
+        // (see fiber_entry).
+        if (!f->error)
+            generator_misuse(f->id,
+                             "body called pthread_exit() or was cancelled as a thread: a generator's body ends by "
+                             "returning, and its thread must not be cancelled while it runs");
     }
     f->status |= gen_done;
     if constexpr (gen_resume_after_done_ok) {

@@ -3,8 +3,6 @@
 // invariants.
 #include <spindle/runtime/scheduler.hpp>
 
-#include <cxxabi.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -422,19 +420,21 @@ void fiber_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     run_post(current_worker());
     try {
         c->invoke(c->callable);
-    } catch (abi::__forced_unwind&) {
-        // pthread_exit() or a thread cancellation acted inside the fiber. Its
-        // unwinding ends at the bottom of this stack, not at the worker
-        // thread's start, and it cannot be swallowed (glibc aborts, "exception
-        // not rethrown") nor carried to the worker's own stack (an
-        // exception_ptr cannot hold it): say so (fiber.hpp, "What a fiber
-        // must not do").
-        fatal("fiber %llu called pthread_exit() or was cancelled as a thread (pthread_cancel of its worker "
-              "thread): a fiber ends by returning from its function, and a worker thread must not be "
-              "cancelled",
-              static_cast<unsigned long long>(c->id));
     } catch (...) {
         c->error = std::current_exception();
+        // Nothing the C++ runtime can hold: a forced unwind (pthread_exit()
+        // or a thread cancellation acting inside the fiber; foreign
+        // exceptions look the same). Its unwinding ends at the bottom of this
+        // stack, not at the worker thread's start, and it cannot be
+        // swallowed (glibc aborts, "exception not rethrown") nor carried to
+        // the worker's own stack: say so (fiber.hpp, "What a fiber must not
+        // do"). (Not `catch (abi::__forced_unwind&)`: it binds a reference to
+        // no object, which UBSan reports.)
+        if (!c->error)
+            fatal("fiber %llu called pthread_exit() or was cancelled as a thread (pthread_cancel of its worker "
+                  "thread): a fiber ends by returning from its function, and a worker thread must not be "
+                  "cancelled",
+                  static_cast<unsigned long long>(c->id));
     }
     c->destroy(c->callable);
     c->callable = nullptr;
