@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include <spindle/arch/config.hpp>
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/runtime/scheduler.hpp>
 
@@ -310,6 +311,13 @@ TEST(FiberDeath, DetachedFiberEndingWithExceptionAborts) {
 // fiber's catch-all swallowed it and glibc aborted: "exception not
 // rethrown").
 TEST(FiberDeath, PthreadExitInsideAFiberNamesTheFiber) {
+#if SPINDLE_TSAN
+    // ThreadSanitizer's own pthread_exit interceptor CHECK-fails when called
+    // on a stack that is not the thread's (it compares its per-thread state
+    // with the fiber's): the process dies inside the sanitizer before the
+    // forced unwind that spindle reports can start.
+    GTEST_SKIP() << "ThreadSanitizer aborts in pthread_exit on a fiber stack";
+#endif
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(
         {
