@@ -35,7 +35,9 @@
 // that mode when a second thread appears:
 //
 //   * one the program creates: pthread_create / thrd_create are interposed
-//     for this only, and leave the mode before the thread exists;
+//     for this only, and leave the mode before the thread exists (called
+//     by a thread other than the one that forked, after the handshake
+//     below);
 //   * one glibc starts by itself, without those functions (timer_create and
 //     mq_notify with SIGEV_THREAD, POSIX AIO, getaddrinfo_a): nothing tells
 //     us it exists until it calls one of our functions. Every entry of the
@@ -381,7 +383,8 @@ void end_reset() noexcept {
     g_resetting.fetch_sub(1, std::memory_order_release);
 }
 
-// A thread other than the one that forked, at its first call in child mode.
+// A thread other than the one that forked, at its first call in child mode
+// or before it creates a thread.
 SPINDLE_NOINLINE const api* join_child_mode() noexcept {
     // seq_cst, both: the handshake above, with begin_reset's.
     g_child_threads.store(true, std::memory_order_seq_cst);
@@ -391,6 +394,26 @@ SPINDLE_NOINLINE const api* join_child_mode() noexcept {
     // g_child_parent: written by the child handler before this thread was
     // created (thread creation orders it).
     return g_child_parent;
+}
+
+// Before any thread creates a thread (pthread_create, thrd_create): child
+// mode ends. The thread that forked has no reset under way (it is here, not
+// in an unlock; pthread_create is not async-signal-safe, so not in a
+// handler that interrupted one either): it leaves at once, and sets
+// g_child_threads for any reset still to come through the child table. Any
+// other thread runs the handshake, so that the thread it creates cannot
+// queue on a lock while the thread that forked is resetting it.
+void before_thread_create() noexcept {
+    // relaxed: as in leave_child_mode.
+    if (g_parent_table.load(std::memory_order_relaxed) == nullptr) [[likely]]
+        return;
+    if (!t_forked) {
+        join_child_mode();
+        return;
+    }
+    // seq_cst: the handshake's store, as in join_child_mode.
+    g_child_threads.store(true, std::memory_order_seq_cst);
+    leave_child_mode();
 }
 
 // The entry `Member` of the fork-child table.
@@ -435,13 +458,25 @@ constexpr api child_wrappers = {
     nullptr, false, true,
 };
 
+// The tests' hook (spindle_preload_test_reset_hook); null: none. relaxed:
+// set by the test before it forks, read by the child handler on the same
+// thread.
+std::atomic<void (*)(int, const void*)> g_test_reset_hook{nullptr};
+
 // The resetting functions of child mode (g_child_ops), run by the thread
 // that forked only.
 
+// Hooked: the tests' variant, installed by the child handler only when a
+// hook is set (so the hook costs the untested library nothing): calls the
+// hook with 0 before the handshake, and with 1 inside a reset (between
+// begin_reset and end_reset), each time with the mutex.
+template <bool Hooked>
 int child_mutex_unlock(pthread_mutex_t* m) noexcept {
     int k = mutex_kind(m);
     if (k & mutex_layout::route_bits) return real<real_fn::mutex_unlock, int(pthread_mutex_t*)>()(m);
+    if constexpr (Hooked) g_test_reset_hook.load(std::memory_order_relaxed)(0, m);
     if (!begin_reset()) return g_child_parent->mutex_unlock(m);
+    if constexpr (Hooked) g_test_reset_hook.load(std::memory_order_relaxed)(1, m);
     int type = k & mutex_layout::type_mask;
     int result = 0;
     if ((type == PTHREAD_MUTEX_RECURSIVE || type == PTHREAD_MUTEX_ERRORCHECK) &&
@@ -496,7 +531,9 @@ void atfork_child() noexcept {
     if (parent->stats) stats_forget();  // the child counts, and reports, its own locks only
     g_child_parent = parent;
     g_child_ops = *parent;
-    g_child_ops.mutex_unlock = &child_mutex_unlock;
+    g_child_ops.mutex_unlock = g_test_reset_hook.load(std::memory_order_relaxed) != nullptr
+                                   ? &child_mutex_unlock<true>
+                                   : &child_mutex_unlock<false>;
     g_child_ops.rwlock_unlock = &child_rwlock_unlock;
     g_child_ops.spin_unlock = &child_spin_unlock;
     g_child_ops.cond_destroy = &child_cond_destroy;
@@ -687,12 +724,12 @@ extern "C" {
 // Thread creation ends the fork child's single-threaded mode.
 SPINDLE_PRELOAD_EXPORT int spindle_entry_pthread_create(pthread_t* t, const pthread_attr_t* a,
                                                         void* (*start)(void*), void* arg) noexcept {
-    spindle::preload::leave_child_mode();
+    spindle::preload::before_thread_create();
     using fn = int(pthread_t*, const pthread_attr_t*, void* (*)(void*), void*);
     return spindle::preload::real<spindle::preload::real_fn::pthread_create, fn>()(t, a, start, arg);
 }
 SPINDLE_PRELOAD_EXPORT int spindle_entry_thrd_create(thrd_t* t, thrd_start_t start, void* arg) noexcept {
-    spindle::preload::leave_child_mode();
+    spindle::preload::before_thread_create();
     using fn = int(thrd_t*, thrd_start_t, void*);
     return spindle::preload::real<spindle::preload::real_fn::thrd_create, fn>()(t, start, arg);
 }
@@ -713,6 +750,14 @@ SPINDLE_PRELOAD_EXPORT const char* spindle_preload_lock_name(void) noexcept {
 }
 SPINDLE_PRELOAD_EXPORT int spindle_preload_stats_enabled(void) noexcept {
     return spindle::preload::initialize()->stats ? 1 : 0;
+}
+
+// For tests/preload only: from the next fork on, the thread that forked
+// calls hook(where, mutex) in each pthread_mutex_unlock of the child's
+// single-threaded mode, where 0: before the handshake with other threads,
+// 1: inside a reset (exports.cpp, "Fork"). Null: none.
+SPINDLE_PRELOAD_EXPORT void spindle_preload_test_reset_hook(void (*hook)(int, const void*)) noexcept {
+    spindle::preload::g_test_reset_hook.store(hook, std::memory_order_relaxed);
 }
 
 }  // extern "C"

@@ -47,6 +47,10 @@ void early_join(void);
 
 /* The library's own functions: null when it is not loaded. */
 extern const char* spindle_preload_lock_name(void) __attribute__((weak));
+/* Its test hook: the thread that forked calls hook(where, mutex) in each
+ * pthread_mutex_unlock of the child's single-threaded mode; where 0: before
+ * the handshake with other threads, 1: inside a reset. */
+extern void spindle_preload_test_reset_hook(void (*hook)(int where, const void* m)) __attribute__((weak));
 
 /* The GLIBC_2.2.5 versions, which binaries linked against old glibc use. */
 int old_mutex_trylock(pthread_mutex_t*);
@@ -1640,6 +1644,95 @@ static void test_fork_glibc_threads(void) {
     for (int i = 0; i < 2; ++i) join(h[i]);
 }
 
+/* Whether a thread queued on a mutex changes its lock bytes (24..39): under
+ * every value but tas and ttas, whose waiters only read the word or swap in
+ * the value it already holds. */
+static int waiters_show(void) { return strcmp(g_lock, "tas") != 0 && strcmp(g_lock, "ttas") != 0; }
+static void lock_bytes(pthread_mutex_t* m, uint64_t out[2]) {
+    const uint64_t* w = (const uint64_t*)((const unsigned char*)m + 24);
+    out[0] = __atomic_load_n(&w[0], __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+}
+/* Waits until m's lock bytes differ from `was`, taken while one thread held
+ * it alone: another thread has queued on it. At most g_hang_s seconds, and
+ * where waiters do not show, a moment. Only whether a test reaches the
+ * window it aims at depends on this wait, never whether it passes. */
+static void await_queued(pthread_mutex_t* m, const uint64_t was[2]) {
+    if (!waiters_show()) {
+        sleep_ms(20);
+        return;
+    }
+    struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
+    for (;;) {
+        uint64_t now[2];
+        lock_bytes(m, now);
+        if (now[0] != was[0] || now[1] != was[1] || passed(CLOCK_MONOTONIC, &d)) return;
+        sleep_ms(1);
+    }
+}
+
+/* A thread that glibc started in a fork child creates a thread while the
+ * thread that forked is inside pthread_mutex_unlock, before it has decided
+ * whether it may reset the mutex (the library's test hook holds it there
+ * until the created thread has queued on that mutex). pthread_create must
+ * end the child's single-threaded mode with the same handshake as the
+ * started thread's first lock would: the unlock then hands the mutex over
+ * instead of resetting it under the new thread. */
+static pthread_mutex_t g_fcr = PTHREAD_MUTEX_INITIALIZER;
+static atomic_int g_fcr_hooked, g_fcr_paused, g_fcr_go, g_fcr_done;
+static uint64_t g_fcr_bytes[2]; /* the lock bytes with the thread that forked holding it alone */
+static void fcr_hook(int where, const void* m) {
+    if (where != 0 || m != &g_fcr || atomic_exchange(&g_fcr_hooked, 1)) return;
+    atomic_store(&g_fcr_paused, 1);
+    while (!atomic_load(&g_fcr_go)) sleep_ms(1);
+}
+static void* fcr_locker(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_fcr), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_fcr), 0);
+    atomic_store(&g_fcr_done, 1);
+    return NULL;
+}
+static void fcr_callback(union sigval v) {
+    (void)v;
+    while (!atomic_load(&g_fcr_paused)) sleep_ms(1);
+    pthread_t t; /* this thread's first call of the library's: */
+    CHECK_EQ(pthread_create(&t, NULL, fcr_locker, NULL), 0);
+    CHECK_EQ(pthread_detach(t), 0);
+    await_queued(&g_fcr, g_fcr_bytes);
+    atomic_store(&g_fcr_go, 1);
+}
+static int fcr_child(void) {
+    child_deadline();
+    timer_t tm;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD;
+    ev.sigev_notify_function = fcr_callback;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) != 0) return 1;
+    int ok = pthread_mutex_lock(&g_fcr) == 0;
+    lock_bytes(&g_fcr, g_fcr_bytes);
+    struct itimerspec once = {{0, 0}, {0, 1000000}};
+    ok &= timer_settime(tm, 0, &once, NULL) == 0;
+    ok &= pthread_mutex_unlock(&g_fcr) == 0; /* held in the hook until the new thread has queued */
+    if (!await_at_least(&g_fcr_done, 1)) {
+        fprintf(stderr, "preload_prog [%s]: the thread created in the fork child never got the mutex\n",
+                g_lock);
+        ok = 0;
+    }
+    return ok ? 0 : 1;
+}
+static void test_fork_create_race(void) {
+    if (!g_ours) return; /* the hook is in spindle's unlock */
+    CHECK(spindle_preload_test_reset_hook != NULL);
+    spindle_preload_test_reset_hook(fcr_hook);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(fcr_child());
+    spindle_preload_test_reset_hook(NULL);
+    wait_child(pid, "pthread_create by a glibc-started thread during an unlock in a fork child");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Modes that spawn this program again with another environment. */
 
@@ -1854,6 +1947,7 @@ int main(int argc, char** argv) {
     PART(test_fork_in_section);
     PART(test_fork_cond_wait);
     PART(test_fork_glibc_threads);
+    PART(test_fork_create_race);
     PART(test_preinit);
     PART(test_stats_fork);
 #undef PART
