@@ -542,9 +542,14 @@ void atfork_child() noexcept {
     g_child_table.rwlock_child_unlock = parent->rwlock_child_unlock;
     g_child_table.name = parent->name;
     g_child_table.stats = parent->stats;
+    // Resets under way: only the thread that forked resets, so g_resetting
+    // counts its resets. If that thread is the one forking again (from a
+    // signal handler that interrupted a reset), the count is its own and
+    // it ends those resets here too (end_reset): kept. Any other thread
+    // has none, and the threads that did are not in this child.
+    if (!t_forked) g_resetting.store(0, std::memory_order_relaxed);
     t_forked = true;
     g_child_threads.store(false, std::memory_order_relaxed);
-    g_resetting.store(0, std::memory_order_relaxed);
     g_parent_table.store(parent, std::memory_order_relaxed);
     g_api.store(&g_child_table, std::memory_order_release);  // pairs with current()
 }

@@ -1733,6 +1733,75 @@ static void test_fork_create_race(void) {
     wait_child(pid, "pthread_create by a glibc-started thread during an unlock in a fork child");
 }
 
+/* fork() from a signal handler that interrupted a reset in a fork child (the
+ * library's test hook raises the signal there): the grandchild's thread
+ * returns from the handler into that reset and ends it. The grandchild must
+ * count that reset as under way, not start from none (ending it would then
+ * leave the count wrapped, and a thread glibc starts in the grandchild
+ * would wait for ever for resets to end before its first lock). */
+static pthread_mutex_t g_sf = PTHREAD_MUTEX_INITIALIZER, g_sf_timer = PTHREAD_MUTEX_INITIALIZER;
+static volatile sig_atomic_t g_sf_grandchild;
+static volatile pid_t g_sf_pid;
+static atomic_int g_sf_hooked, g_sf_done;
+static void sf_handler(int sig) {
+    (void)sig;
+    pid_t p = fork();
+    if (p == 0) {
+        g_sf_grandchild = 1;
+        alarm((unsigned)g_hang_s);
+    } else {
+        g_sf_pid = p;
+    }
+}
+static void sf_hook(int where, const void* m) {
+    if (where != 1 || m != &g_sf || atomic_exchange(&g_sf_hooked, 1)) return;
+    raise(SIGUSR1); /* inside the reset */
+}
+static void sf_callback(union sigval v) {
+    (void)v;
+    CHECK_EQ(pthread_mutex_lock(&g_sf_timer), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_sf_timer), 0);
+    atomic_store(&g_sf_done, 1);
+}
+static int sf_grandchild(void) {
+    timer_t tm;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD;
+    ev.sigev_notify_function = sf_callback;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) != 0) return 1;
+    struct itimerspec once = {{0, 0}, {0, 1000000}};
+    if (timer_settime(tm, 0, &once, NULL) != 0) return 1;
+    if (!await_at_least(&g_sf_done, 1)) {
+        fprintf(stderr, "preload_prog [%s]: the grandchild's timer thread never got its mutex\n", g_lock);
+        return 1;
+    }
+    return 0;
+}
+static int sf_child(void) {
+    child_deadline();
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = sf_handler;
+    if (sigaction(SIGUSR1, &sa, NULL) != 0) return 1;
+    int ok = pthread_mutex_lock(&g_sf) == 0;
+    ok &= pthread_mutex_unlock(&g_sf) == 0; /* the hook forks inside the reset */
+    if (g_sf_grandchild) _exit(ok ? sf_grandchild() : 1);
+    if (!ok || g_sf_pid <= 0) return 1;
+    wait_child(g_sf_pid, "fork() from a signal handler inside a reset: the grandchild");
+    return 0;
+}
+static void test_fork_in_reset(void) {
+    if (!g_ours) return; /* the hook is in spindle's unlock */
+    CHECK(spindle_preload_test_reset_hook != NULL);
+    spindle_preload_test_reset_hook(sf_hook);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(sf_child());
+    spindle_preload_test_reset_hook(NULL);
+    wait_child(pid, "fork() from a signal handler inside a reset");
+}
+
 /* ------------------------------------------------------------------------ */
 /* Modes that spawn this program again with another environment. */
 
@@ -1948,6 +2017,7 @@ int main(int argc, char** argv) {
     PART(test_fork_cond_wait);
     PART(test_fork_glibc_threads);
     PART(test_fork_create_race);
+    PART(test_fork_in_reset);
     PART(test_preinit);
     PART(test_stats_fork);
 #undef PART
