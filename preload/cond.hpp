@@ -161,6 +161,9 @@ struct cond_impl {
         // The unwinding goes on to the thread's cleanup handlers and its
         // end: on the cancelled thread, not on a combiner that ran the relock.
         M::own_thread();
+        // In a fork child, the calls it unwinds withdraw their announcements
+        // (exports.cpp, "Fork"); after the relock, which they cover.
+        child_calls_cancelled();
     }
 
     // abs: null (no deadline) or a deadline on clock `clock`.

@@ -30,22 +30,24 @@
 // to such a ghost (Hemlock would even wait for the ghost's acknowledgement
 // forever) — and the standard pthread_atfork pattern (prepare: lock
 // everything; child: unlock everything) does exactly that. So in the child,
-// while it has a single thread, unlock does not hand over: it writes the
-// all-zero "unlocked" state (the fork-child table below). The child leaves
-// that mode when a second thread appears:
+// until it creates a thread, the forking thread's unlock does not hand a
+// lock no other thread uses over: it writes the all-zero "unlocked" state
+// (the fork-child table below). Other threads:
 //
 //   * one the program creates: pthread_create / thrd_create are interposed
-//     for this only, and leave the mode before the thread exists (called
-//     by a thread other than the one that forked, after the handshake
-//     below);
+//     for this only, and leave the mode before the thread exists (by a
+//     handshake with the resets, below, when a thread other than the one
+//     that forked calls them); from then on an unlock hands over, so a
+//     lock still held with ghosts queued behind it is handed to a ghost;
 //   * one glibc starts by itself, without those functions (timer_create and
 //     mq_notify with SIGEV_THREAD, POSIX AIO, getaddrinfo_a): nothing tells
-//     us it exists until it calls one of our functions. Every entry of the
-//     fork-child table is a wrapper (child_entry) that lets the thread that
-//     forked through, and makes any other thread leave the mode before it
-//     goes on (join_child_mode). A reset by the thread that forked and the
-//     arrival of such a thread are ordered by a handshake (begin_reset), so
-//     a lock is never reset under a live waiter.
+//     us it exists until it calls one of our functions. Such a thread does
+//     not end the mode. Every entry of the fork-child table is a wrapper
+//     (child_entry) that lets the thread that forked through, and makes any
+//     other thread announce the objects its call uses; the thread that
+//     forked resets only an object no such call has announced (a handshake
+//     per object, begin_reset), so a lock is never reset under a live
+//     waiter, and is still reset under the ghosts.
 //
 // (glibc's __libc_single_threaded is no help here: glibc does not set it
 // back to true in a fork child, so in the child of a multi-threaded parent
@@ -61,6 +63,9 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
+
+#include <spindle/locks/tclock.hpp>
 
 #include "cond.hpp"
 #include "internal.hpp"
@@ -138,7 +143,7 @@ constexpr api bootstrap_table = {
     &boot<&api::old_cond_wait>::call,     &boot<&api::old_cond_timedwait>::call,
 
     nullptr, nullptr,
-    bootstrap_name, false, false,
+    bootstrap_name, false, false, false,
 };
 
 // ---------------------------------------------------------------------------
@@ -318,144 +323,351 @@ void check_unread_environment() noexcept {
 // Fork.
 //
 // Child mode (see the header): the installed table is g_child_table, whose
-// every function is child_entry<member>: the thread that forked runs
-// g_child_ops (the parent's table with the four resetting functions below);
-// any other thread leaves child mode first and runs the parent's table.
+// every function is child_entry<member>. The thread that forked (t_forked)
+// runs g_child_ops: the parent's table with the resetting functions below.
+// Any other thread -- one glibc started -- runs the parent's table, but
+// first announces the objects its call will use (announce), and withdraws
+// them when the call returns.
 //
-// The handshake between a reset and a thread that arrives (Dekker's, over
-// two seq_cst words):
+// A reset and such a call are ordered per object by a handshake (Dekker's,
+// over seq_cst words):
 //
-//     thread that forked (begin_reset)      arriving thread (join_child_mode)
-//     g_resetting += 1                      g_child_threads = true
-//     g_child_threads?  yes: undo, and      wait until g_resetting == 0
-//       unlock as the parent does           install the parent table
-//     no: reset; g_resetting -= 1           go on with the parent table
+//     thread that forked (begin_reset(x))    other thread (announce(x))
+//     g_resetting[depth] = x                 g_announced[i] = x
+//     x in g_announced[]?  yes: undo, and    wait while x is in g_resetting[]
+//       unlock as the parent does            use x with the parent's table
+//     no: reset x; g_resetting[depth] = 0    g_announced[i] = 0
 //
-// In the single total order of the four seq_cst operations, either the
-// reset reads g_child_threads == true (and hands over as usual: the
-// arriving thread may already be queued) or the arriving thread reads
-// g_resetting != 0 and waits until the reset is over before it touches any
-// lock. So no thread is ever queued on a lock while it is reset. A counter,
-// not a flag: a signal handler on the thread that forked may unlock inside
-// another unlock.
+// In the single total order of the seq_cst operations, either the reset
+// sees the announcement (and hands over as usual: the other thread may be
+// queued on x by now) or the other thread sees the reset and waits until
+// it is over before it touches x. So no live thread is ever queued on a
+// lock while it is reset, and an object no live thread uses is still reset
+// when the thread that forked unlocks it, whatever other threads do
+// meanwhile: a lock it held at the fork with waiters of the parent queued
+// behind it is not handed to those ghosts.
+//
+// Child mode ends when a thread is created (before_thread_create): the
+// creator sets g_child_mode_over, waits until no reset is under way and
+// installs the parent's table, which the new thread then uses without
+// announcing anything. A reset checks g_child_mode_over after publishing
+// itself (the same handshake), so none begins after that. From then on an
+// unlock hands over; a lock the thread that forked still holds with ghosts
+// queued behind it is handed to a ghost (README). The same happens when
+// the announcements run out (more than max_announced objects in use by
+// glibc's threads at once, a condition variable wait using two).
+//
+// A thread other than the one that forked that uses a lock the thread that
+// forked holds with ghosts queued behind it waits behind the ghosts: the
+// unlock sees its announcement and hands over, to the first ghost.
 
 api g_child_ops;                         // child mode's functions; written by the child handler only
 api g_child_table;                       // the installed table in child mode: child_entry wrappers
 const api* g_child_parent = nullptr;     // the table child mode returns to; child handler only
 std::atomic<const api*> g_parent_table{nullptr};  // non-null: child mode
 std::atomic<bool> g_atfork_registered{false};
-std::atomic<bool> g_child_threads{false};         // a thread other than the forker called in
-std::atomic<unsigned> g_resetting{0};             // resets under way (the forker, and its handlers)
+std::atomic<bool> g_child_mode_over{false};       // a thread is being created: no reset may begin
+
+// The resets under way: entry d is the object of the reset at nesting
+// depth d of the thread that forked (a signal handler may unlock inside an
+// unlock), or null. Only that thread writes them; t_reset_depth is how many
+// of its entries are in use (on any other thread: 0).
+constexpr unsigned max_resets = 4;
+std::atomic<const void*> g_resetting[max_resets];
+constinit thread_local unsigned t_reset_depth __attribute__((tls_model("initial-exec"))) = 0;
+
+// The objects the calls of other threads are using, one entry each; null:
+// free. g_announcing is at least the number of entries in use (0: the reset
+// skips the scan); t_announced (bit i: g_announced[i]) and t_announcing are
+// a thread's own share, for a cancelled wait (child_calls_cancelled) and a
+// fork from a signal handler (atfork_child).
+constexpr unsigned max_announced = 64;
+std::atomic<const void*> g_announced[max_announced];
+std::atomic<unsigned> g_announcing{0};
+constinit thread_local std::uint64_t t_announced __attribute__((tls_model("initial-exec"))) = 0;
+constinit thread_local unsigned t_announcing __attribute__((tls_model("initial-exec"))) = 0;
+
+// A thread waiting for a reset to end sleeps on g_reset_seq, which end_reset
+// advances (and wakes) while g_reset_waiters is not 0. t_reset_waiting: the
+// thread's own share of g_reset_waiters (atfork_child).
+std::atomic<std::uint32_t> g_reset_seq{0};
+std::atomic<std::uint32_t> g_reset_waiters{0};
+constinit thread_local unsigned t_reset_waiting __attribute__((tls_model("initial-exec"))) = 0;
 
 // The thread that forked, in a fork child: set by the child handler; a
 // thread created afterwards starts with false (its TLS is the initial image).
 constinit thread_local bool t_forked __attribute__((tls_model("initial-exec"))) = false;
 
-// Leaves child mode: installs the parent table. Called by the only thread
-// before it creates another (pthread_create), and by a thread glibc created
-// at its first call (join_child_mode); both store the same values.
-// relaxed loads and stores of g_parent_table: the values are only ever the
-// parent table and null, and a process that never forked never writes it
-// (every thread reads null).
+// A signal handler on this thread runs after the statements before, and
+// before those after (a thread's own state, which its handlers read).
+inline void handler_fence() noexcept { std::atomic_signal_fence(std::memory_order_seq_cst); }
+
+// Leaves child mode: installs the parent table. release, the stores, and
+// acquire, the load: a thread that sees child mode over (null) sees what
+// the leaving thread saw, resets included (end_child_mode). A process that
+// never forked never writes g_parent_table (every thread reads null).
 void leave_child_mode() noexcept {
-    const api* parent = g_parent_table.load(std::memory_order_relaxed);
+    const api* parent = g_parent_table.load(std::memory_order_acquire);
     if (parent == nullptr) [[likely]]
         return;
     g_api.store(parent, std::memory_order_release);  // pairs with current()
-    g_parent_table.store(nullptr, std::memory_order_relaxed);
+    g_parent_table.store(nullptr, std::memory_order_release);
 }
 
-// The thread that forked is about to reset a lock. false: another thread has
-// called in meanwhile; unlock as the parent does instead (no end_reset).
-bool begin_reset() noexcept {
-    // seq_cst, both: the handshake above, with join_child_mode's store and
-    // load.
-    g_resetting.fetch_add(1, std::memory_order_seq_cst);
-    if (!g_child_threads.load(std::memory_order_seq_cst)) return true;
-    // release, as in end_reset.
-    g_resetting.fetch_sub(1, std::memory_order_release);
+// Whether a reset of x or y (x null: of anything) is under way. seq_cst:
+// the handshake, with begin_reset's store (an acquire too: a reset that has
+// ended is seen with its stores, as end_reset's release store of null or a
+// later store of the same thread is read).
+bool resetting(const void* x, const void* y) noexcept {
+    for (const auto& e : g_resetting) {
+        const void* r = e.load(std::memory_order_seq_cst);
+        if (r != nullptr && (x == nullptr || r == x || r == y)) return true;
+    }
     return false;
 }
-void end_reset() noexcept {
-    // release pairs with join_child_mode's load (seq_cst: an acquire too):
-    // the reset's plain stores happen before the arriving thread's first
-    // look at the lock.
-    g_resetting.fetch_sub(1, std::memory_order_release);
+
+// Waits until no reset of x or y (x null: of anything) is under way. A
+// reset is a few stores: spin a little, then sleep until one ends.
+void wait_for_resets(const void* x, const void* y) noexcept {
+    unsigned spins = 0;
+    while (resetting(x, y)) {
+        if (++spins < 64) {
+            arch::cpu_relax();
+            continue;
+        }
+        t_reset_waiting += 1;
+        handler_fence();
+        // seq_cst, the increment and the loads after it: with end_reset's
+        // store of null and its load of g_reset_waiters (Dekker's again):
+        // either end_reset sees this waiter and advances g_reset_seq after
+        // the value read here, or the check below sees the reset over.
+        g_reset_waiters.fetch_add(1, std::memory_order_seq_cst);
+        const std::uint32_t seq = g_reset_seq.load(std::memory_order_seq_cst);
+        if (resetting(x, y)) spindle::detail::futex_wait(&g_reset_seq, seq);
+        g_reset_waiters.fetch_sub(1, std::memory_order_relaxed);  // relaxed: a count, read only as above
+        handler_fence();
+        t_reset_waiting -= 1;
+    }
 }
 
-// A thread other than the one that forked, at its first call in child mode
-// or before it creates a thread.
-SPINDLE_NOINLINE const api* join_child_mode() noexcept {
-    // seq_cst, both: the handshake above, with begin_reset's.
-    g_child_threads.store(true, std::memory_order_seq_cst);
-    unsigned spins = 0;
-    while (g_resetting.load(std::memory_order_seq_cst) != 0) spin_step(spins);
+// Whether a call of another thread has announced x. seq_cst: the handshake
+// (with announce's).
+bool announced(const void* x) noexcept {
+    if (g_announcing.load(std::memory_order_seq_cst) == 0) return false;
+    for (const auto& e : g_announced)
+        if (e.load(std::memory_order_seq_cst) == x) return true;
+    return false;
+}
+
+void end_reset() noexcept;
+
+// The thread that forked is about to reset x. false: another thread uses x,
+// or child mode is ending; unlock as the parent does instead (no end_reset).
+bool begin_reset(const void* x) noexcept {
+    const unsigned d = t_reset_depth;
+    // Four resets nested in signal handlers: the fifth hands over.
+    if (d == max_resets) return false;
+    t_reset_depth = d + 1;
+    handler_fence();  // a handler interrupting from here on uses entry d + 1
+    // seq_cst, the store and the loads (announced too): the handshake,
+    // with announce's and end_child_mode's.
+    g_resetting[d].store(x, std::memory_order_seq_cst);
+    if (!g_child_mode_over.load(std::memory_order_seq_cst) && !announced(x)) return true;
+    end_reset();
+    return false;
+}
+
+void end_reset() noexcept {
+    const unsigned d = t_reset_depth - 1;
+    // release: the reset's plain stores happen before a waiting thread's
+    // first look at the lock (resetting()'s loads). seq_cst: with the load
+    // of g_reset_waiters below (see wait_for_resets).
+    g_resetting[d].store(nullptr, std::memory_order_seq_cst);
+    handler_fence();
+    t_reset_depth = d;
+    if (g_reset_waiters.load(std::memory_order_seq_cst) != 0) {
+        // seq_cst: read by wait_for_resets' load, and compared by the
+        // kernel in its futex wait.
+        g_reset_seq.fetch_add(1, std::memory_order_seq_cst);
+        futex_wake_all(&g_reset_seq);
+    }
+}
+
+// Ends child mode, from a thread other than the one that forked: no reset
+// begins after the store, and the ones under way end before the parent's
+// table is installed (a thread that then uses it announces nothing).
+void end_child_mode() noexcept {
+    // seq_cst: the handshake, with begin_reset's store and load.
+    g_child_mode_over.store(true, std::memory_order_seq_cst);
+    wait_for_resets(nullptr, nullptr);
     leave_child_mode();
-    // g_child_parent: written by the child handler before this thread was
-    // created (thread creation orders it).
-    return g_child_parent;
 }
 
 // Before any thread creates a thread (pthread_create, thrd_create): child
 // mode ends. The thread that forked has no reset under way (it is here, not
 // in an unlock; pthread_create is not async-signal-safe, so not in a
-// handler that interrupted one either): it leaves at once, and sets
-// g_child_threads for any reset still to come through the child table. Any
-// other thread runs the handshake, so that the thread it creates cannot
-// queue on a lock while the thread that forked is resetting it.
+// handler that interrupted one either) and leaves at once.
 void before_thread_create() noexcept {
-    // relaxed: as in leave_child_mode.
-    if (g_parent_table.load(std::memory_order_relaxed) == nullptr) [[likely]]
+    if (g_parent_table.load(std::memory_order_acquire) == nullptr) [[likely]]  // as in leave_child_mode
         return;
+    if (g_child_parent->delegates) spindle::tclock_may_block();  // t_forked: the caller's own (child_entry)
     if (!t_forked) {
-        join_child_mode();
+        end_child_mode();
         return;
     }
-    // seq_cst: the handshake's store, as in join_child_mode.
-    g_child_threads.store(true, std::memory_order_seq_cst);
+    // seq_cst: as in end_child_mode.
+    g_child_mode_over.store(true, std::memory_order_seq_cst);
     leave_child_mode();
 }
 
-// The entry `Member` of the fork-child table.
-template <auto Member>
+// A call's announcement: the entries of g_announced it holds.
+struct announcement {
+    int entry[2] = {-1, -1};
+    unsigned count = 0;
+};
+
+void withdraw(announcement& a) noexcept {
+    for (int i : a.entry) {
+        if (i < 0) continue;
+        // release pairs with a reset's load of the entry (announced): what
+        // the call did to the object happens before the object's reset.
+        g_announced[i].store(nullptr, std::memory_order_release);
+        handler_fence();
+        t_announced &= ~(std::uint64_t{1} << i);
+    }
+    // release: as above, for a reset that reads the count only.
+    g_announcing.fetch_sub(a.count, std::memory_order_release);
+    handler_fence();
+    t_announcing -= a.count;
+}
+
+// Takes a free entry of g_announced for x; -1: none free.
+int claim_entry(const void* x) noexcept {
+    for (unsigned i = 0; i < max_announced; ++i) {
+        // relaxed: only picks a candidate; the CAS decides.
+        if (g_announced[i].load(std::memory_order_relaxed) != nullptr) continue;
+        const std::uint64_t bit = std::uint64_t{1} << i;
+        t_announced |= bit;  // first: a fork from a handler keeps the entry (atfork_child)
+        handler_fence();
+        const void* expected = nullptr;
+        // seq_cst: the handshake, with begin_reset's store and loads.
+        if (g_announced[i].compare_exchange_strong(expected, x, std::memory_order_seq_cst,
+                                                   std::memory_order_relaxed))
+            return static_cast<int>(i);
+        handler_fence();
+        t_announced &= ~bit;
+    }
+    return -1;
+}
+
+// Announces x and y (y may be null) for a call of a thread other than the
+// one that forked, then waits until no reset of either is under way. false:
+// no entry was free; nothing is announced.
+bool announce(const void* x, const void* y, announcement& a) noexcept {
+    a.count = y != nullptr ? 2 : 1;
+    t_announcing += a.count;  // first: as in claim_entry
+    handler_fence();
+    // seq_cst: the handshake, with begin_reset's store and its load of the
+    // count (announced).
+    g_announcing.fetch_add(a.count, std::memory_order_seq_cst);
+    a.entry[0] = claim_entry(x);
+    if (a.entry[0] >= 0 && y != nullptr) a.entry[1] = claim_entry(y);
+    if (a.entry[0] < 0 || (y != nullptr && a.entry[1] < 0)) {
+        withdraw(a);
+        return false;
+    }
+    wait_for_resets(x, y);
+    return true;
+}
+
+// The objects of a call: its first argument, and the mutex of a condition
+// variable wait (the only calls with a mutex second).
+template <class First, class... Rest>
+const void* first_object(First p, Rest...) noexcept {
+    return const_cast<const void*>(static_cast<const volatile void*>(p));  // a spinlock is volatile
+}
+template <class Second, class... Rest>
+const void* mutex_of_wait(Second s, Rest...) noexcept {
+    if constexpr (std::is_same_v<Second, pthread_mutex_t*>)
+        return s;
+    else
+        return nullptr;
+}
+template <class First, class... Rest>
+const void* wait_mutex(First, Rest... rest) noexcept {
+    if constexpr (sizeof...(Rest) > 0)
+        return mutex_of_wait(rest...);
+    else
+        return nullptr;
+}
+
+// The entry `Member` of the fork-child table; Delegates: the parent's table
+// is a TCLock's.
+template <auto Member, bool Delegates>
 struct child_entry;
-template <class R, class... A, R (*api::*Member)(A...)>
-struct child_entry<Member> {
+template <class R, class... A, R (*api::*Member)(A...), bool Delegates>
+struct child_entry<Member, Delegates> {
     static R call(A... a) noexcept {
+        // A TCLock's section that runs delegated sees the combiner's
+        // thread-locals without thread pointer adoption (delegation.hpp):
+        // back to the caller's own thread first, whose t_forked this is.
+        if constexpr (Delegates) spindle::tclock_may_block();
         if (!t_forked) [[unlikely]]
-            return (join_child_mode()->*Member)(a...);
+            return announced_call(a...);
         return (g_child_ops.*Member)(a...);
+    }
+
+    // A thread other than the one that forked.
+    SPINDLE_NOINLINE static R announced_call(A... a) noexcept {
+        const void* x = first_object(a...);
+        const void* y = wait_mutex(a...);
+        // A wait's cancellation point, before anything is announced (a
+        // cancelled wait withdraws in child_calls_cancelled).
+        if (y != nullptr) pthread_testcancel();
+        announcement an;
+        if (!announce(x, y, an)) [[unlikely]] {
+            end_child_mode();
+            return (g_child_parent->*Member)(a...);
+        }
+        // g_child_parent: written by the child handler before this thread
+        // was created (thread creation orders it).
+        R r = (g_child_parent->*Member)(a...);
+        if constexpr (Delegates) spindle::tclock_may_block();  // t_announced is the caller's own, as above
+        withdraw(an);
+        return r;
     }
 };
 
-constexpr api child_wrappers = {
-    &child_entry<&api::mutex_init>::call,        &child_entry<&api::mutex_destroy>::call,
-    &child_entry<&api::mutex_lock>::call,        &child_entry<&api::mutex_trylock>::call,
-    &child_entry<&api::mutex_timedlock>::call,   &child_entry<&api::mutex_clocklock>::call,
-    &child_entry<&api::mutex_unlock>::call,
+// The fork-child table, but for what the child handler copies from the
+// parent's.
+template <bool Delegates>
+struct child_wrappers {
+    template <auto Member>
+    static constexpr auto e = &child_entry<Member, Delegates>::call;
 
-    &child_entry<&api::rwlock_init>::call,       &child_entry<&api::rwlock_destroy>::call,
-    &child_entry<&api::rwlock_rdlock>::call,     &child_entry<&api::rwlock_tryrdlock>::call,
-    &child_entry<&api::rwlock_timedrdlock>::call, &child_entry<&api::rwlock_clockrdlock>::call,
-    &child_entry<&api::rwlock_wrlock>::call,     &child_entry<&api::rwlock_trywrlock>::call,
-    &child_entry<&api::rwlock_timedwrlock>::call, &child_entry<&api::rwlock_clockwrlock>::call,
-    &child_entry<&api::rwlock_unlock>::call,
+    static constexpr api table = {
+        e<&api::mutex_init>,         e<&api::mutex_destroy>,       e<&api::mutex_lock>,
+        e<&api::mutex_trylock>,      e<&api::mutex_timedlock>,     e<&api::mutex_clocklock>,
+        e<&api::mutex_unlock>,
 
-    &child_entry<&api::spin_init>::call,         &child_entry<&api::spin_destroy>::call,
-    &child_entry<&api::spin_lock>::call,         &child_entry<&api::spin_trylock>::call,
-    &child_entry<&api::spin_unlock>::call,
+        e<&api::rwlock_init>,        e<&api::rwlock_destroy>,      e<&api::rwlock_rdlock>,
+        e<&api::rwlock_tryrdlock>,   e<&api::rwlock_timedrdlock>,  e<&api::rwlock_clockrdlock>,
+        e<&api::rwlock_wrlock>,      e<&api::rwlock_trywrlock>,    e<&api::rwlock_timedwrlock>,
+        e<&api::rwlock_clockwrlock>, e<&api::rwlock_unlock>,
 
-    &child_entry<&api::cond_init>::call,         &child_entry<&api::cond_destroy>::call,
-    &child_entry<&api::cond_signal>::call,       &child_entry<&api::cond_broadcast>::call,
-    &child_entry<&api::cond_wait>::call,         &child_entry<&api::cond_timedwait>::call,
-    &child_entry<&api::cond_clockwait>::call,
+        e<&api::spin_init>,          e<&api::spin_destroy>,        e<&api::spin_lock>,
+        e<&api::spin_trylock>,       e<&api::spin_unlock>,
 
-    &child_entry<&api::old_cond_init>::call,     &child_entry<&api::old_cond_destroy>::call,
-    &child_entry<&api::old_cond_signal>::call,   &child_entry<&api::old_cond_broadcast>::call,
-    &child_entry<&api::old_cond_wait>::call,     &child_entry<&api::old_cond_timedwait>::call,
+        e<&api::cond_init>,          e<&api::cond_destroy>,        e<&api::cond_signal>,
+        e<&api::cond_broadcast>,     e<&api::cond_wait>,           e<&api::cond_timedwait>,
+        e<&api::cond_clockwait>,
 
-    nullptr, nullptr,  // before_fork, rwlock_child_unlock, name, stats: the parent's (atfork_child)
-    nullptr, false, true,
+        e<&api::old_cond_init>,      e<&api::old_cond_destroy>,    e<&api::old_cond_signal>,
+        e<&api::old_cond_broadcast>, e<&api::old_cond_wait>,       e<&api::old_cond_timedwait>,
+
+        nullptr, nullptr,  // before_fork, rwlock_child_unlock, name, stats: the parent's (atfork_child)
+        nullptr, false, true, Delegates,
+    };
 };
 
 // The tests' hook (spindle_preload_test_reset_hook); null: none. relaxed:
@@ -475,7 +687,7 @@ int child_mutex_unlock(pthread_mutex_t* m) noexcept {
     int k = mutex_kind(m);
     if (k & mutex_layout::route_bits) return real<real_fn::mutex_unlock, int(pthread_mutex_t*)>()(m);
     if constexpr (Hooked) g_test_reset_hook.load(std::memory_order_relaxed)(0, m);
-    if (!begin_reset()) return g_child_parent->mutex_unlock(m);
+    if (!begin_reset(m)) return g_child_parent->mutex_unlock(m);
     if constexpr (Hooked) g_test_reset_hook.load(std::memory_order_relaxed)(1, m);
     int type = k & mutex_layout::type_mask;
     int result = 0;
@@ -490,14 +702,14 @@ int child_mutex_unlock(pthread_mutex_t* m) noexcept {
 }
 
 int child_rwlock_unlock(pthread_rwlock_t* l) noexcept {
-    if (!begin_reset()) return g_child_parent->rwlock_unlock(l);
+    if (!begin_reset(l)) return g_child_parent->rwlock_unlock(l);
     int r = g_child_parent->rwlock_child_unlock(l);
     end_reset();
     return r;
 }
 
 int child_spin_unlock(pthread_spinlock_t* l) noexcept {
-    if (!begin_reset()) return g_child_parent->spin_unlock(l);
+    if (!begin_reset(const_cast<int*>(l))) return g_child_parent->spin_unlock(l);
     // 0 is unlocked for every spinlock algorithm (spin.hpp).
     // release pairs with the next locker's acquire, as any unlock's.
     word<std::uint32_t>(const_cast<int*>(l), 0).store(0, std::memory_order_release);
@@ -506,13 +718,33 @@ int child_spin_unlock(pthread_spinlock_t* l) noexcept {
 }
 
 int child_cond_destroy(pthread_cond_t* c) noexcept {
-    if (!begin_reset()) return g_child_parent->cond_destroy(c);
+    if (!begin_reset(c)) return g_child_parent->cond_destroy(c);
     // Registered waiters can only be threads that did not survive the fork.
-    // relaxed: no other thread has called in (begin_reset).
+    // relaxed: no live thread uses c (begin_reset).
     cond_waiters(c).store(0, std::memory_order_relaxed);
     end_reset();
     return 0;
 }
+
+}  // namespace
+
+// A condition variable wait cancelled: the unwinding passes through this
+// thread's calls under way (their frames have no cleanups), so their
+// announcements are withdrawn here, after the wait's relock.
+void child_calls_cancelled() noexcept {
+    if (t_announcing == 0) [[likely]]
+        return;
+    for (unsigned i = 0; i < max_announced; ++i)
+        if (t_announced & (std::uint64_t{1} << i))
+            g_announced[i].store(nullptr, std::memory_order_release);  // as in withdraw
+    t_announced = 0;
+    handler_fence();
+    g_announcing.fetch_sub(t_announcing, std::memory_order_release);  // as in withdraw
+    handler_fence();
+    t_announcing = 0;
+}
+
+namespace {
 
 // The last prepare handler to run (ours is registered first): nothing of
 // ours will lock between here and the fork.
@@ -537,19 +769,28 @@ void atfork_child() noexcept {
     g_child_ops.rwlock_unlock = &child_rwlock_unlock;
     g_child_ops.spin_unlock = &child_spin_unlock;
     g_child_ops.cond_destroy = &child_cond_destroy;
-    g_child_table = child_wrappers;
+    g_child_table = parent->delegates ? child_wrappers<true>::table : child_wrappers<false>::table;
     g_child_table.before_fork = parent->before_fork;
     g_child_table.rwlock_child_unlock = parent->rwlock_child_unlock;
     g_child_table.name = parent->name;
     g_child_table.stats = parent->stats;
-    // Resets under way: only the thread that forked resets, so g_resetting
-    // counts its resets. If that thread is the one forking again (from a
-    // signal handler that interrupted a reset), the count is its own and
-    // it ends those resets here too (end_reset): kept. Any other thread
-    // has none, and the threads that did are not in this child.
-    if (!t_forked) g_resetting.store(0, std::memory_order_relaxed);
+    // Resets under way: only the thread that forked resets. If that thread
+    // is the one forking again (from a signal handler that interrupted a
+    // reset), the entries are its own and it ends those resets here too
+    // (end_reset): kept. Any other thread has none (t_reset_depth 0), and
+    // the threads that did are not in this child.
+    if (!t_forked)
+        for (auto& e : g_resetting) e.store(nullptr, std::memory_order_relaxed);
+    // Announcements, and waits for a reset: the forking thread's own (a
+    // handler that interrupted one of its calls) stay until that call
+    // withdraws them; the other threads are gone.
+    for (unsigned i = 0; i < max_announced; ++i)
+        if ((t_announced & (std::uint64_t{1} << i)) == 0)
+            g_announced[i].store(nullptr, std::memory_order_relaxed);
+    g_announcing.store(t_announcing, std::memory_order_relaxed);
+    g_reset_waiters.store(t_reset_waiting, std::memory_order_relaxed);
     t_forked = true;
-    g_child_threads.store(false, std::memory_order_relaxed);
+    g_child_mode_over.store(false, std::memory_order_relaxed);
     g_parent_table.store(parent, std::memory_order_relaxed);
     g_api.store(&g_child_table, std::memory_order_release);  // pairs with current()
 }

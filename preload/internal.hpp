@@ -109,6 +109,7 @@ struct api {
     const char* name;  // the SPINDLE_LOCK value
     bool stats;        // a measuring table
     bool ours;         // false: passthrough to glibc
+    bool delegates;    // a TCLock: a section may run on another thread (delegation.hpp)
 };
 
 // The installed table. Starts as the bootstrap table, is replaced once by the
@@ -232,6 +233,12 @@ void stats_report() noexcept;
 void stats_forget() noexcept;
 // The monotonic clock in nanoseconds.
 std::uint64_t now_ns() noexcept;
+
+// ---------------------------------------------------------------------------
+// Fork (exports.cpp): a condition variable wait of this thread is being
+// cancelled; in a fork child, withdraws what its calls under way announced.
+// Nothing (one thread-local load) anywhere else.
+void child_calls_cancelled() noexcept;
 
 // ---------------------------------------------------------------------------
 // A condition variable wait that is a cancellation point (cancel_wait.c).

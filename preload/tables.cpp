@@ -42,6 +42,7 @@ struct impl {
 
         Algo::before_fork, &R::child_unlock,
         Algo::name,       Stats,              true,
+        delegates<typename Algo::lock>,
     };
 };
 
@@ -123,6 +124,7 @@ const api passthrough_table = {
     nullptr,
     nullptr,
     passthrough_name,
+    false,
     false,
     false,
 };

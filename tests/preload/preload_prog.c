@@ -1644,12 +1644,12 @@ static void test_fork_glibc_threads(void) {
     for (int i = 0; i < 2; ++i) join(h[i]);
 }
 
-/* Whether a thread queued on a mutex changes its lock bytes (24..39): under
- * every value but tas and ttas, whose waiters only read the word or swap in
- * the value it already holds. */
+/* Whether a thread queued on a mutex changes its lock bytes (24..39 for
+ * ours, glibc's __lock at 0): under every value but tas and ttas, whose
+ * waiters only read the word or swap in the value it already holds. */
 static int waiters_show(void) { return strcmp(g_lock, "tas") != 0 && strcmp(g_lock, "ttas") != 0; }
 static void lock_bytes(pthread_mutex_t* m, uint64_t out[2]) {
-    const uint64_t* w = (const uint64_t*)((const unsigned char*)m + 24);
+    const uint64_t* w = (const uint64_t*)((const unsigned char*)m + (g_ours ? 24 : 0));
     out[0] = __atomic_load_n(&w[0], __ATOMIC_RELAXED);
     out[1] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
 }
@@ -1731,6 +1731,124 @@ static void test_fork_create_race(void) {
     if (pid == 0) _exit(fcr_child());
     spindle_preload_test_reset_hook(NULL);
     wait_child(pid, "pthread_create by a glibc-started thread during an unlock in a fork child");
+}
+
+/* Ghosts: the thread that forks holds a mutex with a thread of the parent
+ * queued behind it, and another thread of the parent waits on a condition
+ * variable; neither exists in the child. In the child a thread glibc starts
+ * uses a mutex of its own first. The unlock and the destroy of the thread
+ * that forked must still treat the ghosts as gone -- reset the mutex, forget
+ * the waiter -- rather than hand the mutex to a ghost or wait for one to
+ * leave: only a thread that uses the same object may change that. */
+static pthread_mutex_t g_gh = PTHREAD_MUTEX_INITIALIZER, g_gh_own = PTHREAD_MUTEX_INITIALIZER;
+static pthread_mutex_t g_gh_cm = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gh_c = PTHREAD_COND_INITIALIZER;
+static atomic_int g_gh_done, g_gh_wake;
+static void* gh_waiter(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_gh), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_gh), 0);
+    return NULL;
+}
+static void* gh_cond_waiter(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_lock(&g_gh_cm), 0);
+    while (!atomic_load(&g_gh_wake)) CHECK_EQ(pthread_cond_wait(&g_gh_c, &g_gh_cm), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_gh_cm), 0);
+    return NULL;
+}
+static void gh_callback(union sigval v) {
+    (void)v;
+    CHECK_EQ(pthread_mutex_lock(&g_gh_own), 0);
+    CHECK_EQ(pthread_mutex_unlock(&g_gh_own), 0);
+    atomic_store(&g_gh_done, 1);
+}
+/* With g_gh_cancels: as many of glibc's threads wait on a condition
+ * variable first, one after the other, each cancelled in its wait. What
+ * their calls announced must go with them: were it left behind, the
+ * announcements would run out and end the child's single-threaded mode. */
+enum { GH_CANCELS = 40 };
+static int g_gh_cancels;
+static pthread_mutex_t g_gh_wm = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t g_gh_wc = PTHREAD_COND_INITIALIZER;
+static pthread_t g_gh_waiter;
+static atomic_int g_gh_waiting, g_gh_gone;
+static void gh_wait_cleanup(void* p) {
+    (void)p;
+    CHECK_EQ(pthread_mutex_unlock(&g_gh_wm), 0);
+    atomic_fetch_add(&g_gh_gone, 1);
+}
+static void gh_wait_callback(union sigval v) {
+    (void)v;
+    CHECK_EQ(pthread_mutex_lock(&g_gh_wm), 0);
+    g_gh_waiter = pthread_self();
+    atomic_fetch_add(&g_gh_waiting, 1);
+    pthread_cleanup_push(gh_wait_cleanup, NULL);
+    for (;;) CHECK_EQ(pthread_cond_wait(&g_gh_wc, &g_gh_wm), 0);
+    pthread_cleanup_pop(0);
+}
+static int gh_cancelled_waits(void) {
+    timer_t tm;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD;
+    ev.sigev_notify_function = gh_wait_callback;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) != 0) return 0;
+    for (int i = 0; i < GH_CANCELS; ++i) {
+        struct itimerspec once = {{0, 0}, {0, 1000000}};
+        if (timer_settime(tm, 0, &once, NULL) != 0 || !await_at_least(&g_gh_waiting, i + 1)) return 0;
+        /* The waiter released the mutex in its wait: it waits. */
+        if (pthread_mutex_lock(&g_gh_wm) != 0 || pthread_mutex_unlock(&g_gh_wm) != 0) return 0;
+        if (pthread_cancel(g_gh_waiter) != 0 || !await_at_least(&g_gh_gone, i + 1)) return 0;
+    }
+    return timer_delete(tm) == 0;
+}
+static int gh_child(void) {
+    child_deadline();
+    if (g_gh_cancels && !gh_cancelled_waits()) return 1;
+    timer_t tm;
+    struct sigevent ev;
+    memset(&ev, 0, sizeof ev);
+    ev.sigev_notify = SIGEV_THREAD;
+    ev.sigev_notify_function = gh_callback;
+    if (timer_create(CLOCK_MONOTONIC, &ev, &tm) != 0) return 1;
+    struct itimerspec once = {{0, 0}, {0, 1000000}};
+    if (timer_settime(tm, 0, &once, NULL) != 0 || !await_at_least(&g_gh_done, 1)) return 1;
+    int ok = pthread_mutex_unlock(&g_gh) == 0; /* its waiter is a ghost */
+    ok &= pthread_mutex_lock(&g_gh) == 0;
+    ok &= pthread_mutex_unlock(&g_gh) == 0;
+    if (g_ours) ok &= pthread_cond_destroy(&g_gh_c) == 0; /* so is its waiter */
+    return ok ? 0 : 1;
+}
+static void test_fork_ghosts(void) {
+    pthread_t w, cw;
+    uint64_t alone[2];
+    CHECK_EQ(pthread_mutex_lock(&g_gh), 0);
+    lock_bytes(&g_gh, alone);
+    start(&w, gh_waiter, NULL);
+    await_queued(&g_gh, alone);
+    /* glibc's destroy waits for a waiter that never leaves: ours only. */
+    if (g_ours) {
+        start(&cw, gh_cond_waiter, NULL);
+        /* registered (pthread_cond_t bytes 4..7, cond.hpp) */
+        while (__atomic_load_n((unsigned*)&g_gh_c + 1, __ATOMIC_RELAXED) == 0) sleep_ms(1);
+    }
+    for (g_gh_cancels = 0; g_gh_cancels < 2; ++g_gh_cancels) {
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) _exit(gh_child());
+        wait_child(pid, g_gh_cancels ? "unlock and destroy with ghosts after cancelled waits of glibc's threads"
+                                     : "unlock and destroy with ghosts after a glibc-started thread's call");
+    }
+    CHECK_EQ(pthread_mutex_unlock(&g_gh), 0);
+    join(w);
+    if (g_ours) {
+        CHECK_EQ(pthread_mutex_lock(&g_gh_cm), 0);
+        atomic_store(&g_gh_wake, 1);
+        CHECK_EQ(pthread_cond_broadcast(&g_gh_c), 0);
+        CHECK_EQ(pthread_mutex_unlock(&g_gh_cm), 0);
+        join(cw);
+    }
 }
 
 /* fork() from a signal handler that interrupted a reset in a fork child (the
@@ -2018,6 +2136,7 @@ int main(int argc, char** argv) {
     PART(test_fork_glibc_threads);
     PART(test_fork_create_race);
     PART(test_fork_in_reset);
+    PART(test_fork_ghosts);
     PART(test_preinit);
     PART(test_stats_fork);
 #undef PART
