@@ -1574,6 +1574,33 @@ static void test_fork_cond_wait(void) {
     for (int i = 0; i < 3; ++i) join(w[i]);
 }
 
+/* Whether a thread queued on a mutex changes its lock bytes (24..39 for
+ * ours, glibc's __lock at 0): under every value but tas and ttas, whose
+ * waiters only read the word or swap in the value it already holds. */
+static int waiters_show(void) { return strcmp(g_lock, "tas") != 0 && strcmp(g_lock, "ttas") != 0; }
+static void lock_bytes(pthread_mutex_t* m, uint64_t out[2]) {
+    const uint64_t* w = (const uint64_t*)((const unsigned char*)m + (g_ours ? 24 : 0));
+    out[0] = __atomic_load_n(&w[0], __ATOMIC_RELAXED);
+    out[1] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
+}
+/* Waits until m's lock bytes differ from `was`, taken while one thread held
+ * it alone: another thread has queued on it. At most g_hang_s seconds, and
+ * where waiters do not show, a moment. Only whether a test reaches the
+ * window it aims at depends on this wait, never whether it passes. */
+static void await_queued(pthread_mutex_t* m, const uint64_t was[2]) {
+    if (!waiters_show()) {
+        sleep_ms(20);
+        return;
+    }
+    struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
+    for (;;) {
+        uint64_t now[2];
+        lock_bytes(m, now);
+        if (now[0] != was[0] || now[1] != was[1] || passed(CLOCK_MONOTONIC, &d)) return;
+        sleep_ms(1);
+    }
+}
+
 /* A fork child in which glibc starts threads itself: timer_create with
  * SIGEV_THREAD runs each expiry's callback on a thread glibc creates, not
  * through pthread_create. The callback and the child's main thread contend
@@ -1613,10 +1640,12 @@ static int timer_child(void) {
     int ok = 1;
     for (int round = 0; ok && round < TIMER_ROUNDS; ++round) {
         ok &= pthread_mutex_lock(&g_tmr) == 0;
+        uint64_t alone[2];
+        lock_bytes(&g_tmr, alone);
         struct itimerspec once = {{0, 0}, {0, 1000000}};
         ok &= timer_settime(tm, 0, &once, NULL) == 0;
         ok &= await_at_least(&g_tmr_arrived, round + 1);
-        sleep_ms(5); /* likely queued behind us by now; the test holds either way */
+        await_queued(&g_tmr, alone);
         g_tmr_count++;
         ok &= pthread_mutex_unlock(&g_tmr) == 0;
         if (!await_at_least(&g_tmr_done, round + 1)) {
@@ -1642,33 +1671,6 @@ static void test_fork_glibc_threads(void) {
     }
     atomic_store(&g_stop, 1);
     for (int i = 0; i < 2; ++i) join(h[i]);
-}
-
-/* Whether a thread queued on a mutex changes its lock bytes (24..39 for
- * ours, glibc's __lock at 0): under every value but tas and ttas, whose
- * waiters only read the word or swap in the value it already holds. */
-static int waiters_show(void) { return strcmp(g_lock, "tas") != 0 && strcmp(g_lock, "ttas") != 0; }
-static void lock_bytes(pthread_mutex_t* m, uint64_t out[2]) {
-    const uint64_t* w = (const uint64_t*)((const unsigned char*)m + (g_ours ? 24 : 0));
-    out[0] = __atomic_load_n(&w[0], __ATOMIC_RELAXED);
-    out[1] = __atomic_load_n(&w[1], __ATOMIC_RELAXED);
-}
-/* Waits until m's lock bytes differ from `was`, taken while one thread held
- * it alone: another thread has queued on it. At most g_hang_s seconds, and
- * where waiters do not show, a moment. Only whether a test reaches the
- * window it aims at depends on this wait, never whether it passes. */
-static void await_queued(pthread_mutex_t* m, const uint64_t was[2]) {
-    if (!waiters_show()) {
-        sleep_ms(20);
-        return;
-    }
-    struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
-    for (;;) {
-        uint64_t now[2];
-        lock_bytes(m, now);
-        if (now[0] != was[0] || now[1] != was[1] || passed(CLOCK_MONOTONIC, &d)) return;
-        sleep_ms(1);
-    }
 }
 
 /* A thread that glibc started in a fork child creates a thread while the
