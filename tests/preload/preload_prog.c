@@ -21,6 +21,8 @@
  */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
 #include <sched.h>
@@ -1601,6 +1603,27 @@ static void await_queued(pthread_mutex_t* m, const uint64_t was[2]) {
     }
 }
 
+/* A count that threads advance and another thread waits on, as a join:
+ * count_up adds 1 and wakes the waiters; await_at_least sleeps on the
+ * count's futex until it reaches `value`, and returns 0 if g_hang_s seconds
+ * pass first. seq_cst (the default): the increment before the wake, and
+ * the waiter's load before its sleep, which the kernel repeats. */
+static void count_up(atomic_int* count) {
+    atomic_fetch_add(count, 1);
+    syscall(SYS_futex, count, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
+}
+static int await_at_least(atomic_int* count, int value) {
+    struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
+    for (;;) {
+        int seen = atomic_load(count);
+        if (seen >= value) return 1;
+        if (passed(CLOCK_MONOTONIC, &d)) return 0;
+        /* Until the count changes from `seen` or the absolute deadline d
+         * (CLOCK_MONOTONIC) passes; a signal or a spurious return only
+         * goes round again. */
+        syscall(SYS_futex, count, FUTEX_WAIT_BITSET_PRIVATE, seen, &d, NULL, FUTEX_BITSET_MATCH_ANY);
+    }
+}
 /* A fork child in which glibc starts threads itself: timer_create with
  * SIGEV_THREAD runs each expiry's callback on a thread glibc creates, not
  * through pthread_create. The callback and the child's main thread contend
@@ -1614,20 +1637,11 @@ static atomic_int g_tmr_arrived, g_tmr_done;
 static long g_tmr_count; /* guarded by g_tmr */
 static void timer_callback(union sigval v) {
     (void)v;
-    atomic_fetch_add(&g_tmr_arrived, 1);
+    count_up(&g_tmr_arrived);
     CHECK_EQ(pthread_mutex_lock(&g_tmr), 0);
     g_tmr_count++;
     CHECK_EQ(pthread_mutex_unlock(&g_tmr), 0);
-    atomic_fetch_add(&g_tmr_done, 1);
-}
-/* Polls *flag until it reaches `value`; 0 if g_hang_s seconds pass first. */
-static int await_at_least(atomic_int* flag, int value) {
-    struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
-    while (atomic_load(flag) < value) {
-        if (passed(CLOCK_MONOTONIC, &d)) return 0;
-        sleep_ms(1);
-    }
-    return 1;
+    count_up(&g_tmr_done);
 }
 static int timer_child(void) {
     child_deadline();
@@ -1692,7 +1706,7 @@ static void* fcr_locker(void* p) {
     (void)p;
     CHECK_EQ(pthread_mutex_lock(&g_fcr), 0);
     CHECK_EQ(pthread_mutex_unlock(&g_fcr), 0);
-    atomic_store(&g_fcr_done, 1);
+    count_up(&g_fcr_done);
     return NULL;
 }
 static void fcr_callback(union sigval v) {
@@ -1763,7 +1777,7 @@ static void gh_callback(union sigval v) {
     (void)v;
     CHECK_EQ(pthread_mutex_lock(&g_gh_own), 0);
     CHECK_EQ(pthread_mutex_unlock(&g_gh_own), 0);
-    atomic_store(&g_gh_done, 1);
+    count_up(&g_gh_done);
 }
 /* With g_gh_cancels: as many of glibc's threads wait on a condition
  * variable first, one after the other, each cancelled in its wait. What
@@ -1778,13 +1792,13 @@ static atomic_int g_gh_waiting, g_gh_gone;
 static void gh_wait_cleanup(void* p) {
     (void)p;
     CHECK_EQ(pthread_mutex_unlock(&g_gh_wm), 0);
-    atomic_fetch_add(&g_gh_gone, 1);
+    count_up(&g_gh_gone);
 }
 static void gh_wait_callback(union sigval v) {
     (void)v;
     CHECK_EQ(pthread_mutex_lock(&g_gh_wm), 0);
     g_gh_waiter = pthread_self();
-    atomic_fetch_add(&g_gh_waiting, 1);
+    count_up(&g_gh_waiting);
     pthread_cleanup_push(gh_wait_cleanup, NULL);
     for (;;) CHECK_EQ(pthread_cond_wait(&g_gh_wc, &g_gh_wm), 0);
     pthread_cleanup_pop(0);
@@ -1881,7 +1895,7 @@ static void sf_callback(union sigval v) {
     (void)v;
     CHECK_EQ(pthread_mutex_lock(&g_sf_timer), 0);
     CHECK_EQ(pthread_mutex_unlock(&g_sf_timer), 0);
-    atomic_store(&g_sf_done, 1);
+    count_up(&g_sf_done);
 }
 static int sf_grandchild(void) {
     timer_t tm;
