@@ -1673,6 +1673,116 @@ static int timer_child(void) {
     ok &= timer_delete(tm) == 0;
     return ok ? 0 : 1;
 }
+/* The same under stress: in the child, glibc starts 200 threads, three at
+ * a time (three SIGEV_THREAD timers, each re-armed for 200 us by its
+ * callback as it ends: a bounded crowd, so the spinning FIFO locks do not
+ * drown in waiters on a small machine), each taking one mutex 20 times,
+ * while the thread that forked takes and releases it in a loop; threads
+ * keep arriving while it unlocks (and resets). Every 25th callback forks while
+ * it holds the mutex, perhaps with the thread that forked queued behind
+ * it: the grandchild's unlock and lock must not wait for that ghost. The
+ * 150th creates a thread, ending the single-threaded mode of the child in
+ * the middle of the stream. Every section must run alone, and each thread
+ * must get through. */
+enum { STRESS_CALLBACKS = 200, STRESS_SECTIONS = 20, STRESS_FORK_EVERY = 25, STRESS_CREATE_AT = 150,
+       STRESS_LANES = 3 };
+static timer_t g_ts_timers[STRESS_LANES];
+static pthread_mutex_t g_ts = PTHREAD_MUTEX_INITIALIZER;
+static long g_ts_count; /* guarded by g_ts */
+/* g_ts_sections: the sections run, counted atomically inside each: equal
+ * to g_ts_count whenever g_ts is held, whatever threads are still on their
+ * way (a callback may start after timer_delete). */
+static atomic_long g_ts_sections;
+static atomic_int g_ts_inside, g_ts_overlaps, g_ts_done, g_ts_failed;
+static void ts_section(void) {
+    if (atomic_fetch_add(&g_ts_inside, 1) != 0) atomic_fetch_add(&g_ts_overlaps, 1);
+    g_ts_count++;
+    atomic_fetch_add(&g_ts_sections, 1);
+    atomic_fetch_sub(&g_ts_inside, 1);
+}
+static void ts_sections(void) {
+    for (int i = 0; i < STRESS_SECTIONS; ++i) {
+        CHECK_EQ(pthread_mutex_lock(&g_ts), 0);
+        ts_section();
+        CHECK_EQ(pthread_mutex_unlock(&g_ts), 0);
+    }
+}
+static void* ts_created(void* p) {
+    (void)p;
+    ts_sections();
+    return NULL;
+}
+static void ts_fork_holding(void) {
+    CHECK_EQ(pthread_mutex_lock(&g_ts), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        alarm((unsigned)g_hang_s);
+        int ok = pthread_mutex_unlock(&g_ts) == 0;
+        ok &= pthread_mutex_lock(&g_ts) == 0 && pthread_mutex_unlock(&g_ts) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    CHECK_EQ(pthread_mutex_unlock(&g_ts), 0);
+    int status;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        fprintf(stderr, "preload_prog [%s]: a grandchild forked by a timer callback %s\n", g_lock,
+                pid < 0 ? "was not started" : "failed or hung");
+        atomic_store(&g_ts_failed, 1);
+    }
+}
+static atomic_int g_ts_started;
+static void ts_callback(union sigval v) {
+    int n = atomic_fetch_add(&g_ts_started, 1) + 1;
+    ts_sections();
+    if (n % STRESS_FORK_EVERY == 0) ts_fork_holding();
+    if (n == STRESS_CREATE_AT) {
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, ts_created, NULL), 0);
+        join(t);
+    }
+    if (atomic_load(&g_ts_started) < STRESS_CALLBACKS) {
+        struct itimerspec once = {{0, 0}, {0, 200000}};
+        if (timer_settime(g_ts_timers[v.sival_int], 0, &once, NULL) != 0) atomic_store(&g_ts_failed, 1);
+    }
+    count_up(&g_ts_done);
+}
+static int stress_child(void) {
+    child_deadline();
+    for (int i = 0; i < STRESS_LANES; ++i) {
+        struct sigevent ev;
+        memset(&ev, 0, sizeof ev);
+        ev.sigev_notify = SIGEV_THREAD;
+        ev.sigev_notify_function = ts_callback;
+        ev.sigev_value.sival_int = i;
+        if (timer_create(CLOCK_MONOTONIC, &ev, &g_ts_timers[i]) != 0) return 1;
+    }
+    for (int i = 0; i < STRESS_LANES; ++i) {
+        struct itimerspec once = {{0, 0}, {0, 200000}};
+        if (timer_settime(g_ts_timers[i], 0, &once, NULL) != 0) return 1;
+    }
+    long mine = 0;
+    int ok = 1;
+    struct timespec d = in_ms(CLOCK_MONOTONIC, 1000L * g_hang_s);
+    while (ok && !atomic_load(&g_ts_failed) && atomic_load(&g_ts_done) < STRESS_CALLBACKS) {
+        ok &= pthread_mutex_lock(&g_ts) == 0;
+        ts_section();
+        ok &= pthread_mutex_unlock(&g_ts) == 0;
+        ++mine;
+        if ((mine & 1023) == 0 && passed(CLOCK_MONOTONIC, &d)) {
+            fprintf(stderr, "preload_prog [%s]: %d of %d timer callbacks done\n", g_lock,
+                    atomic_load(&g_ts_done), STRESS_CALLBACKS);
+            ok = 0;
+        }
+    }
+    for (int i = 0; i < STRESS_LANES; ++i) ok &= timer_delete(g_ts_timers[i]) == 0;
+    ok &= pthread_mutex_lock(&g_ts) == 0;
+    ok &= g_ts_count == atomic_load(&g_ts_sections);
+    ok &= pthread_mutex_unlock(&g_ts) == 0;
+    if (atomic_load(&g_ts_overlaps) != 0) {
+        fprintf(stderr, "preload_prog [%s]: %d sections overlapped\n", g_lock, atomic_load(&g_ts_overlaps));
+        ok = 0;
+    }
+    return ok && !atomic_load(&g_ts_failed) ? 0 : 1;
+}
 static void test_fork_glibc_threads(void) {
     atomic_store(&g_stop, 0);
     pthread_t h[2];
@@ -1683,6 +1793,10 @@ static void test_fork_glibc_threads(void) {
         if (pid == 0) _exit(timer_child());
         wait_child(pid, "timer_create(SIGEV_THREAD) callbacks in a fork child");
     }
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(stress_child());
+    wait_child(pid, "a stream of SIGEV_THREAD callbacks, forks and a thread creation in a fork child");
     atomic_store(&g_stop, 1);
     for (int i = 0; i < 2; ++i) join(h[i]);
 }
