@@ -142,7 +142,7 @@ constexpr api bootstrap_table = {
     &boot<&api::old_cond_signal>::call,   &boot<&api::old_cond_broadcast>::call,
     &boot<&api::old_cond_wait>::call,     &boot<&api::old_cond_timedwait>::call,
 
-    nullptr, nullptr,
+    nullptr, nullptr, nullptr,
     bootstrap_name, false, false, false,
 };
 
@@ -665,7 +665,7 @@ struct child_wrappers {
         e<&api::old_cond_init>,      e<&api::old_cond_destroy>,    e<&api::old_cond_signal>,
         e<&api::old_cond_broadcast>, e<&api::old_cond_wait>,       e<&api::old_cond_timedwait>,
 
-        nullptr, nullptr,  // before_fork, rwlock_child_unlock, name, stats: the parent's (atfork_child)
+        nullptr, nullptr, nullptr,  // before_fork, the child unlocks, name, stats: the parent's (atfork_child)
         nullptr, false, true, Delegates,
     };
 };
@@ -710,11 +710,10 @@ int child_rwlock_unlock(pthread_rwlock_t* l) noexcept {
 
 int child_spin_unlock(pthread_spinlock_t* l) noexcept {
     if (!begin_reset(const_cast<int*>(l))) return g_child_parent->spin_unlock(l);
-    // 0 is unlocked for every spinlock algorithm (spin.hpp).
-    // release pairs with the next locker's acquire, as any unlock's.
-    word<std::uint32_t>(const_cast<int*>(l), 0).store(0, std::memory_order_release);
+    // Reset, unless process-shared (spin.hpp: its waiters may be live).
+    int r = g_child_parent->spin_child_unlock(l);
     end_reset();
-    return 0;
+    return r;
 }
 
 int child_cond_destroy(pthread_cond_t* c) noexcept {
@@ -772,6 +771,7 @@ void atfork_child() noexcept {
     g_child_table = parent->delegates ? child_wrappers<true>::table : child_wrappers<false>::table;
     g_child_table.before_fork = parent->before_fork;
     g_child_table.rwlock_child_unlock = parent->rwlock_child_unlock;
+    g_child_table.spin_child_unlock = parent->spin_child_unlock;
     g_child_table.name = parent->name;
     g_child_table.stats = parent->stats;
     // Resets under way: only the thread that forked resets. If that thread

@@ -105,6 +105,8 @@ struct api {
     void (*before_fork)() noexcept;
     // pthread_rwlock_unlock in a single-threaded fork child (exports.cpp).
     int (*rwlock_child_unlock)(pthread_rwlock_t*);
+    // pthread_spin_unlock in a single-threaded fork child (spin.hpp).
+    int (*spin_child_unlock)(pthread_spinlock_t*);
 
     const char* name;  // the SPINDLE_LOCK value
     bool stats;        // a measuring table

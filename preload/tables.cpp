@@ -40,7 +40,7 @@ struct impl {
         &old_cond_init,   &old_cond_destroy,  &old_cond_signal,   &old_cond_broadcast,
         &old_cond_wait,   &old_cond_timedwait,
 
-        Algo::before_fork, &R::child_unlock,
+        Algo::before_fork, &R::child_unlock,   &S::child_unlock,
         Algo::name,       Stats,              true,
         delegates<typename Algo::lock>,
     };
@@ -121,6 +121,7 @@ const api passthrough_table = {
     &fwd<real_fn::old_cond_wait, cond_wait_fn>::call,
     &fwd<real_fn::old_cond_timedwait, cond_timed_fn>::call,
 
+    nullptr,
     nullptr,
     nullptr,
     passthrough_name,

@@ -977,6 +977,63 @@ static void test_process_shared(void) {
     munmap(sh, sizeof *sh);
 }
 
+/* A process-shared spinlock in fork children: one child holds it and
+ * another, a live process, queues behind it. The holder's unlock runs in
+ * the library's single-threaded fork-child mode, which resets a private
+ * lock (its waiters did not survive the fork); a process-shared one must
+ * be handed over, or the waiter's ticket is never served. */
+struct shared_spin {
+    pthread_spinlock_t l;
+    atomic_int held;
+};
+/* Whether a spinlock's waiter changes its word: the ticket lock of the
+ * spinning FIFO values; tas_lock and ttas_lock waiters only read it or
+ * swap in the value it holds (glibc's as well). */
+static int spin_waiters_show(void) {
+    static const char* const fifo[] = {"hemlock", "hemlock_naive", "hemlock_overlap", "mcs", "clh", "ticket"};
+    for (size_t i = 0; i < sizeof fifo / sizeof fifo[0]; ++i)
+        if (strcmp(g_lock, fifo[i]) == 0) return 1;
+    return 0;
+}
+static void test_fork_shared_spin(void) {
+    struct shared_spin* sh =
+        mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    CHECK_EQ(pthread_spin_init(&sh->l, PTHREAD_PROCESS_SHARED), 0);
+    const volatile int* word = &sh->l;
+    pid_t holder = fork();
+    CHECK(holder >= 0);
+    if (holder == 0) {
+        child_deadline();
+        int ok = pthread_spin_lock(&sh->l) == 0;
+        const int alone = __atomic_load_n(word, __ATOMIC_RELAXED);
+        atomic_store(&sh->held, 1);
+        /* Until the other child has taken its ticket (the test holds
+         * either way; only whether it reaches the window depends on it). */
+        if (spin_waiters_show())
+            while (__atomic_load_n(word, __ATOMIC_RELAXED) == alone) sleep_ms(1);
+        else
+            sleep_ms(20);
+        ok &= pthread_spin_unlock(&sh->l) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    pid_t waiter = fork();
+    CHECK(waiter >= 0);
+    if (waiter == 0) {
+        child_deadline();
+        while (!atomic_load(&sh->held)) sleep_ms(1);
+        int ok = pthread_spin_lock(&sh->l) == 0; /* behind the holder */
+        ok &= pthread_spin_unlock(&sh->l) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    wait_child(holder, "a process-shared spinlock: the fork child that held it");
+    wait_child(waiter, "a process-shared spinlock: the fork child queued behind another");
+    CHECK_EQ(pthread_spin_trylock(&sh->l), 0);
+    CHECK_EQ(pthread_spin_unlock(&sh->l), 0);
+    CHECK_EQ(pthread_spin_destroy(&sh->l), 0);
+    munmap(sh, sizeof *sh);
+}
+
 /* ------------------------------------------------------------------------ */
 /* fork() in a multi-threaded process. */
 
@@ -2254,6 +2311,7 @@ int main(int argc, char** argv) {
     PART(test_rwlock);
     PART(test_spin);
     PART(test_process_shared);
+    PART(test_fork_shared_spin);
     PART(test_fork);
     PART(test_stress);
     PART(test_identity);
