@@ -351,9 +351,13 @@ struct setup {
 struct alignas(block) shared_line {
     std::uint64_t n = 0;  // guarded by the lock under test
 };
+// A thread's operation count: stored by its thread alone (relaxed), read by
+// the main thread for its value alone (relaxed); pairs with nothing.
 struct alignas(block) op_counter {
     std::atomic<std::uint64_t> ops{0};
 };
+// The start gate (release store by the main thread, acquire loads by the
+// threads) or the stop flag (relaxed both ways: it only ends the loops).
 struct alignas(block) flag {
     std::atomic<bool> on{false};
 };
@@ -417,6 +421,8 @@ run_result run_lock(const setup& s, const char* who) {
     auto counts = std::make_unique<op_counter[]>(s.threads);
     auto go = std::make_unique<flag>();
     auto stop = std::make_unique<flag>();
+    // ready: the threads at the gate, a count only (relaxed both ways).
+    // running: release decrements by the threads, the stop wait's acquire.
     std::atomic<unsigned> ready{0}, running{s.threads};
     const auto ncs_range = static_cast<std::uint32_t>(2.0 * s.sec.ncs_ns / g_spin_ns);
 
@@ -426,7 +432,7 @@ run_result run_lock(const setup& s, const char* who) {
         ts.emplace_back([&, t] {
             thread_work w{lines.get(), s.sec.cs_lines, ncs_range, splitmix{0x9E3779B97F4A7C15ull * (t + 1)}};
             std::atomic<std::uint64_t>& mine = counts[t].ops;
-            ready.fetch_add(1, std::memory_order_relaxed);
+            ready.fetch_add(1, std::memory_order_relaxed);  // a count; pairs with nothing
             // acquire: pairs with the gate's release (orders nothing the loop
             // needs beyond what the thread's creation did; the usual pairing).
             while (!go->on.load(std::memory_order_acquire)) std::this_thread::yield();
@@ -444,11 +450,11 @@ run_result run_lock(const setup& s, const char* who) {
         });
     auto total = [&] {
         std::uint64_t sum = 0;
-        for (unsigned t = 0; t < s.threads; ++t) sum += counts[t].ops.load(std::memory_order_relaxed);
+        for (unsigned t = 0; t < s.threads; ++t) sum += counts[t].ops.load(std::memory_order_relaxed);  // op_counter
         return sum;
     };
-    while (ready.load(std::memory_order_relaxed) != s.threads) std::this_thread::yield();
-    go->on.store(true, std::memory_order_release);
+    while (ready.load(std::memory_order_relaxed) != s.threads) std::this_thread::yield();  // a count, as above
+    go->on.store(true, std::memory_order_release);  // pairs with the threads' acquire at the gate
     std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(s.warmup_ns));
     // Each thread's CPU clock: how much of the window the threads really ran
     // (another process on a CPU, or two threads on one, shows up here).
@@ -467,12 +473,12 @@ run_result run_lock(const setup& s, const char* who) {
     const double cpu1 = cpu_total();
     const std::uint64_t c1 = total();
     const double t1 = now_ns();
-    stop->on.store(true, std::memory_order_relaxed);
+    stop->on.store(true, std::memory_order_relaxed);  // only ends the loops (see the threads' load)
     const double stop_at = now_ns();
-    while (running.load(std::memory_order_acquire) != 0) {
+    while (running.load(std::memory_order_acquire) != 0) {  // pairs with the threads' release decrement
         if (now_ns() - stop_at > stop_cap_ns)
             fail("%s: %u of %u threads still running %.0f s after the stop (a lost wake-up?)", who,
-                 running.load(), s.threads, stop_cap_ns / 1e9);
+                 running.load(std::memory_order_relaxed), s.threads, stop_cap_ns / 1e9);  // for the message
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     for (auto& th : ts) th.join();
@@ -1277,17 +1283,17 @@ int spin_child(int argc, char** argv) {
         });
     auto total = [&] {
         std::uint64_t sum = 0;
-        for (unsigned t = 0; t < threads; ++t) sum += counts[t].ops.load(std::memory_order_relaxed);
+        for (unsigned t = 0; t < threads; ++t) sum += counts[t].ops.load(std::memory_order_relaxed);  // op_counter
         return sum;
     };
-    go->on.store(true, std::memory_order_release);
+    go->on.store(true, std::memory_order_release);  // pairs with the threads' acquire at the gate
     std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(warmup_ns));
     const double t0 = now_ns();
     const std::uint64_t c0 = total();
     std::this_thread::sleep_for(std::chrono::duration<double, std::nano>(window_ns));
     const std::uint64_t c1 = total();
     const double t1 = now_ns();
-    stop->on.store(true, std::memory_order_relaxed);
+    stop->on.store(true, std::memory_order_relaxed);  // only ends the loops; join() orders the line
     for (auto& th : ts) th.join();
     if (line->n != total()) fail("--spin-child: the spinlock let two threads in (%llu != %llu)",
                                  static_cast<unsigned long long>(line->n), static_cast<unsigned long long>(total()));
