@@ -967,7 +967,7 @@ def _contended(p: dict) -> bool:
 
 
 # The targets of the issues, as the benchmarks measure them (see
-# ../shared/design/BENCHMARKS.md for the workloads).
+# docs/benchmarks.md, "Targets", for the workloads).
 TARGETS: tuple[Target, ...] = (
     Target(2, "yield ring: ns per yield (empty loop subtracted)", "switch", "yield",
            "ns_per_op", "spindle", None, "<=", 2.5),

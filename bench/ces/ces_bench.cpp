@@ -1,4 +1,4 @@
-// bench/ces — the CES benchmarks (../shared/design/BENCHMARKS.md, "Task-aware
+// bench/ces — the CES benchmarks (docs/benchmarks.md, "Task-aware
 // mutex and friends (CES paper §6)"): what the handoff policy of a mutex does
 // to throughput, to the time a lock stays held with nobody inside it, and to
 // where critical sections run.

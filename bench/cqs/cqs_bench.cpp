@@ -1,4 +1,4 @@
-// bench/cqs — the CQS benchmarks (../shared/design/BENCHMARKS.md, "CQS
+// bench/cqs — the CQS benchmarks (docs/benchmarks.md, "CQS
 // primitives (CQS paper §6)"): spindle's barrier, latch, counting semaphore
 // and blocking pools, built on the CancellableQueueSynchronizer queue,
 // against the standard library, pthreads, Boost.Fiber and three lock-based

@@ -9,7 +9,7 @@
 // variants come from the same rounds.
 //
 // Output: one JSON record per variant per comparison, one per line, in the
-// file named by --out (see ../shared/design/BENCHMARKS.md, "Result records"):
+// file named by --out (see docs/benchmarks.md, "Result records"):
 //
 //   {"suite": "switch", "workload": "yield", "variant": "spindle",
 //    "params": {"fibers": 10, "workers": 1}, "metric": "ns_per_op",

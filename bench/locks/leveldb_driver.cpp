@@ -1,5 +1,5 @@
 // bench/locks/leveldb_driver.cpp — LevelDB `readrandom` for the locks suite
-// (../shared/design/BENCHMARKS.md, "Thread locks", row `leveldb`).
+// (docs/benchmarks.md, "Thread locks", workload `leveldb`).
 //
 // A plain glibc program linked against Debian's libleveldb and nothing of
 // spindle's: the lock under test is chosen from outside, by running it under

@@ -1,4 +1,4 @@
-// bench/locks — the thread-lock benchmarks (../shared/design/BENCHMARKS.md,
+// bench/locks — the thread-lock benchmarks (docs/benchmarks.md,
 // "Thread locks (Hemlock paper §5, TCLocks paper §6)"): spindle's spin and
 // spin-then-park locks against pthread_mutex_t and std::mutex, on OS threads.
 //

@@ -1,4 +1,4 @@
-// bench/switch — the CACS benchmarks (../shared/design/BENCHMARKS.md,
+// bench/switch — the CACS benchmarks (docs/benchmarks.md,
 // "Fibers and switching"): yield, sum, hanoi, write_fully, plus the memory
 // cost of many live fibers.
 //
