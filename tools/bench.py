@@ -61,7 +61,7 @@ error (missing program, missing results.json, ...).
 
 Records
 -------
-One per measured point, as in design/BENCHMARKS.md "Result records"::
+One per measured point, as in docs/benchmarks.md "Result records"::
 
     {"suite": "switch", "workload": "yield", "variant": "spindle",
      "params": {"fibers": 10, "workers": 1},

@@ -166,7 +166,7 @@ struct metric {
     bool higher_is_better = false;
 };
 
-// One competitor: a name from BENCHMARKS.md ("spindle", "boost_context",
+// One competitor: a name from docs/benchmarks.md ("spindle", "boost_context",
 // "cxx20_stackless", "callback", ...) and a function that performs one
 // measurement and returns its value in the comparison's metric.
 struct variant {

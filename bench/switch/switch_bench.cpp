@@ -119,7 +119,7 @@ double spindle_run_ring(spindle::scheduler& sched, int n, Body body) {
 // ---------------------------------------------------------------------------
 // yield: 10 fibers, one worker, each yields `per` times.
 
-// The function-call competitor (BENCHMARKS.md: "function call"): one call of
+// The function-call competitor (docs/benchmarks.md: "callback"): one call of
 // a function the compiler may not inline, per step of the same round-robin
 // over 10 tasks -- what a yield would cost if a switch were a plain call and
 // return. The memory clobber keeps the counters in memory, as a fiber's live

@@ -6,7 +6,7 @@
 //     { std::lock_guard g(l); ... }
 //
 // Dice and Kogan, "Hemlock: Compact and Scalable Mutual Exclusion", SPAA
-// 2021 (../papers/hemlock-compact-scalable-mutex.txt). Like CLH, a locker
+// 2021 (docs/papers.md, "Hemlock"). Like CLH, a locker
 // swaps itself into the lock's tail and waits on its predecessor; but there
 // are no queue nodes. Each thread owns one Grant word (alone on its cache
 // line, in TLS). To hand the lock over, the holder writes the lock's
@@ -133,7 +133,7 @@
 //
 // Templates: `Env` supplies the atomics, the caller's Grant, the spin step
 // and the futex, so that tests/models/hemlock_model_test.cpp runs this code
-// under a deterministic scheduler (STYLE.md, item 9). The default is the
+// under a deterministic scheduler (docs/contributing.md). The default is the
 // real thing (detail::hemlock_thread_env).
 #pragma once
 
