@@ -1068,10 +1068,13 @@ def check_targets(records: Sequence[dict],
         if not found:
             out.append(TargetResult(t, None, None))
         elif t.worst:
-            def badness(r: TargetResult) -> float:
+            # A measured point that misses outranks one not measured (which
+            # outranks those that meet it): a point that hung must not hide
+            # a measured MISS.
+            def badness(r: TargetResult) -> tuple[int, float]:
                 if r.value is None:
-                    return math.inf
-                return r.value if t.op == "<=" else -r.value
+                    return (1, 0.0)
+                return (2 if r.met is False else 0, r.value if t.op == "<=" else -r.value)
             w = max(found, key=badness)
             out.append(TargetResult(t, w.params, w.value, len(found), w.blocked))
         else:

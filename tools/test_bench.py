@@ -628,6 +628,24 @@ class StatusRecordTest(unittest.TestCase):
         text = "\n".join(bench.render_targets(contended))
         self.assertIn("| not measured (std_counting_semaphore hung) |", text)
 
+    def test_a_point_that_hung_does_not_hide_a_miss(self):
+        # growth_from_empty is a worst-of target: one point hung, one missed.
+        def abort(q, **kw):
+            return dict(suite="cqs", workload="abort", params={"queued": q, "waiter": "fiber"},
+                        metric="growth_from_empty", **kw)
+        records = [rec("spindle_simple", 1.0, **abort(0)),
+                   not_measured("spindle_simple", **abort(1000)),
+                   rec("spindle_simple", 1.9, **abort(100000))]
+        growth = [r for r in bench.check_targets(records)
+                  if r.target.metric == "growth_from_empty" and r.target.variant == "spindle_simple"]
+        self.assertEqual(len(growth), 1)
+        self.assertIs(growth[0].met, False)
+        self.assertEqual(growth[0].params["queued"], 100000)
+        # Without the miss, the point that hung is what the target shows.
+        growth = [r for r in bench.check_targets(records[:2])
+                  if r.target.metric == "growth_from_empty" and r.target.variant == "spindle_simple"]
+        self.assertEqual(growth[0].blocked, "spindle_simple hung")
+
     def test_comparison_leaves_out_status_records(self):
         old = [rec("spindle", 2.0), not_measured("std")]
         new = [rec("spindle", 1.0), not_measured("std", "skipped", "not run")]
