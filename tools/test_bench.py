@@ -899,8 +899,8 @@ def _build_dir() -> Path:
     return Path(os.environ.get("SPINDLE_BENCH_BUILD_DIR") or REPO / "build" / "release")
 
 
-def _cqs_program() -> Path | None:
-    prog = _build_dir() / "bench" / "spindle_bench_cqs"
+def _program(suite: str) -> Path | None:
+    prog = _build_dir() / "bench" / f"spindle_bench_{suite}"
     if os.access(prog, os.X_OK):
         return prog
     if os.environ.get("SPINDLE_BENCH_REQUIRE"):  # ctest: it must be there
@@ -908,30 +908,61 @@ def _cqs_program() -> Path | None:
     return None
 
 
+def _cqs_program() -> Path | None:
+    return _program("cqs")
+
+
+def _leveldb_driver() -> bool:
+    """Whether locks' LevelDB driver is built (it needs libleveldb-dev)."""
+    return _program("locks") is not None and os.access(
+        _build_dir() / "bench" / "spindle_leveldb_driver", os.X_OK)
+
+
+# The real programs' tests never time what they wait for: a hang that is
+# deliberate gets a short budget of its own (--test-hang-budget,
+# --test-child-limit, --hf-round-ms), everything else the programs'
+# defaults, which a slow machine stays well within.
 @unittest.skipUnless(_cqs_program(), "spindle_bench_cqs is not built (cmake --preset release)")
 class HarnessWatchdogTest(unittest.TestCase):
     """The C++ harness's watchdog and the hang-freedom workload, on the real
-    cqs program with its test-only options (a measurement or a round that
-    hangs on purpose)."""
+    programs with their test-only options (a measurement, a child process or
+    a round that hangs on purpose)."""
+
+    def run_prog(self, suite: str, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / f"{suite}.jsonl"
+            p = subprocess.run([str(_program(suite)), "--out", str(out), *args],
+                               capture_output=True, text=True, timeout=600)
+            records, errors = bench.load_jsonl(out) if out.exists() else ([], ["no output"])
+            self.assertEqual(errors, [], p.stderr)
+            # No state file of a restart, no scratch directory.
+            self.assertEqual(sorted(x.name for x in Path(d).iterdir()), [out.name], p.stderr)
+        return p, records
 
     def run_cqs(self, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
-        with tempfile.TemporaryDirectory() as d:
-            out = Path(d) / "cqs.jsonl"
-            p = subprocess.run([str(_cqs_program()), "--out", str(out), *args],
-                               capture_output=True, text=True, timeout=120)
-            records, errors = bench.load_jsonl(out) if out.exists() else ([], ["no output"])
-            self.assertEqual(errors, [])
-            self.assertEqual(sorted(x.name for x in Path(d).iterdir()), ["cqs.jsonl"],
-                             "the restart's state file was left behind")
-        return p, records
+        return self.run_prog("cqs", *args)
+
+    def assert_one_hung(self, p: subprocess.CompletedProcess, records: list[dict], variant: str,
+                        reason: str, status: str = "hung") -> None:
+        """Every comparison of `records` measured its other variants and
+        recorded `variant` with `status`, with `reason` in its reason."""
+        self.assertEqual(p.returncode, 0, p.stderr)
+        self.assertTrue(records, p.stderr)
+        for r in records:
+            if r["variant"] == variant:
+                self.assertEqual(r.get("status"), status, r)
+                self.assertIn(reason, r["reason"])
+            else:
+                self.assertNotIn("status", r)
 
     def test_a_measurement_that_hangs_is_recorded_and_the_run_goes_on(self):
         # The second measurement (the first after the warm-up) of the std
         # variant blocks forever, in each of the two comparisons: two
-        # restarts, and both comparisons still measure spindle_fiber.
+        # restarts, and both comparisons still measure spindle_fiber. Only
+        # that measurement has a short budget.
         p, records = self.run_cqs(
             "--only", "semaphore", "--permits", "1", "--threads", "2,3", "--reps", "2",
-            "--variants", "spindle_fiber,std_counting_semaphore", "--hang-budget", "2",
+            "--variants", "spindle_fiber,std_counting_semaphore", "--test-hang-budget", "2",
             "--test-hang", "std_counting_semaphore:2")
         self.assertEqual(p.returncode, 0, p.stderr)
         self.assertEqual(p.stderr.count("restarting the program to go on without it"), 2, p.stderr)
@@ -943,6 +974,109 @@ class HarnessWatchdogTest(unittest.TestCase):
                       records[1]["reason"])
         self.assertIn("std::counting_semaphore", records[1]["note"])
         self.assertEqual(records[1]["baseline"], "spindle_thread")
+        # The restarted image ran the first one's work loop.
+        self.assertEqual(p.stderr.count("work loop:"), 1, p.stderr)
+        self.assertEqual(p.stderr.count("as measured before the restart"), 2, p.stderr)
+
+    def test_a_child_that_hangs_is_killed_by_the_watchdog(self):
+        # boost_fiber runs each measurement in a forked child (in_child):
+        # the watchdog saves the state, kills the child and restarts; the
+        # measuring thread that sees its child killed must not fail the run.
+        p, records = self.run_cqs(
+            "--only", "barrier", "--threads", "2,4", "--reps", "1",
+            "--variants", "spindle_fiber,boost_fiber", "--test-hang-budget", "2",
+            "--test-hang-child", "boost_fiber:2")
+        self.assert_one_hung(p, records, "boost_fiber", "no result within 2 s")
+        self.assertEqual([r["params"]["parties"] for r in records], [2, 2, 4, 4])
+
+    def test_a_child_past_its_own_limit_makes_its_measurement_hung(self):
+        # The same child, past the limit in_child gives it (SIGALRM):
+        # measurement_hung, with the watchdog's budget left at its default.
+        p, records = self.run_cqs(
+            "--only", "barrier", "--threads", "2", "--reps", "1",
+            "--variants", "spindle_fiber,boost_fiber", "--test-child-limit", "1",
+            "--test-hang-child", "boost_fiber:2")
+        self.assert_one_hung(p, records, "boost_fiber",
+                             "boost_fiber: its child process did not finish within 1 s")
+        self.assertEqual(len(records), 2)
+
+    @unittest.skipUnless(_leveldb_driver(), "spindle_leveldb_driver is not built (libleveldb-dev)")
+    def test_a_leveldb_driver_that_hangs(self):
+        # locks' driver process (run_driver), stopped by the watchdog and by
+        # its own limit; the database directory, beside --out, is removed
+        # both times (run_prog checks).
+        common = ("--only", "leveldb", "--leveldb-threads", "1", "--leveldb-seconds", "0.05",
+                  "--reps", "1", "--preload", "/nonexistent", "--test-hang-child", "glibc:2")
+        p, records = self.run_prog("locks", *common, "--test-hang-budget", "2")
+        self.assert_one_hung(p, records, "glibc", "no result within 2 s")
+        p, records = self.run_prog("locks", *common, "--test-child-limit", "1")
+        self.assert_one_hung(p, records, "glibc", "did not finish within 1 s")
+
+    def test_the_watch_ends_before_the_hard_budget(self):
+        # The hung measurement's own budget (600 s) is cut to what is left
+        # before --hard-budget 20 less the restart's margin (5 s): stopped
+        # for want of time, it is recorded as skipped, not hung. The
+        # restarted image is past --time-budget 14 and skips the rest.
+        # Nothing here is timed: the cut comes whenever the hang starts.
+        p, records = self.run_cqs(
+            "--only", "semaphore", "--permits", "1", "--threads", "2", "--reps", "1",
+            "--variants", "spindle_fiber,std_counting_semaphore", "--hard-budget", "20",
+            "--time-budget", "14", "--test-hang-budget", "600",
+            "--test-hang", "std_counting_semaphore:2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        std = [r for r in records if r["variant"] == "std_counting_semaphore"]
+        self.assertEqual(len(std), 1, records)
+        self.assertEqual(std[0].get("status"), "skipped", std)
+        self.assertIn("all that the suite's --hard-budget left it; it may or may not have hung",
+                      std[0]["reason"])
+        self.assertNotIn("hung", [r.get("status") for r in records])
+
+    def test_records_derived_from_a_variant_that_hung(self):
+        # abort's growth and speed-up records are computed from its
+        # comparison: those that need linear_removal say it hung.
+        p, records = self.run_cqs(
+            "--only", "abort", "--queued", "10", "--abort-waiter", "fiber", "--reps", "1",
+            "--variants", "spindle_smart,linear_removal", "--test-hang-budget", "2",
+            "--test-hang", "linear_removal:2")
+        self.assertEqual(p.returncode, 0, p.stderr)
+        derived = {(r["variant"], r["metric"]): r for r in records if r["metric"] != "ns_per_op"}
+        self.assertNotIn("status", derived[("spindle_smart", "growth_from_empty")])
+        for key in (("linear_removal", "growth_from_empty"),
+                    ("spindle_smart", "speedup_vs_linear_removal")):
+            self.assertEqual(derived[key]["status"], "hung", derived)
+            self.assertIn("not computed: it derives from linear_removal, which hung",
+                          derived[key]["reason"])
+
+    def test_resume_file_errors(self):
+        cqs = ("--only", "semaphore", "--threads", "1", "--permits", "1", "--variants", "spindle_fiber")
+        with tempfile.TemporaryDirectory() as d:
+            out = str(Path(d) / "cqs.jsonl")
+            # Missing.
+            p = subprocess.run([str(_cqs_program()), "--out", out, *cqs, "--resume",
+                                str(Path(d) / "nope")], capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("cannot resume: cannot read", p.stderr)
+            # Not one; removed.
+            bad = Path(d) / "bad.resume"
+            bad.write_text("spindle-bench-resume 1\nat 0\n")
+            p = subprocess.run([str(_cqs_program()), "--out", out, *cqs, "--resume", str(bad)],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("cannot resume: not a resume file", p.stderr)
+            self.assertFalse(bad.exists())
+            # Of another comparison (a program that changed between the
+            # images): stopped at the replay, not measured as another one.
+            other = Path(d) / "other.resume"
+            other.write_text(f"spindle-bench-resume 2\nstart_ns {time.monotonic_ns()}\n"
+                             "cal spin_ns 0.5\nat 0\nkey semaphore [permits=9] ops_per_s: some one\n"
+                             "h hung some one\nr it hung: badly\n")
+            p = subprocess.run([str(_cqs_program()), "--out", out, *cqs, "--resume", str(other)],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 2, p.stderr)
+            self.assertIn("spin_ns = 0.5, as measured before the restart", p.stderr)
+            self.assertIn("'semaphore [permits=9] ops_per_s: some one' in the saved run: the program "
+                          "did not call compare() in the same order", p.stderr)
+            self.assertFalse(other.exists())
 
     def test_time_budget_skips_what_is_left(self):
         # Spent before the workload starts: one record for the whole workload.

@@ -1003,10 +1003,15 @@ void bench_abort(harness& h, const run_options& o) {
                 at_q[s.variant] = &s;
             }
             // Growth: the same rounds' loaded/empty ratios, warm-up dropped.
+            // A variant that was not measured gets a status record (an
+            // empty summary: report() names why).
             for (const char* name : names) {
                 auto g = growth.find(name);
-                if (g == growth.end() || g->second.size() < 2) continue;
-                std::vector<double> ratios(g->second.begin() + 1, g->second.end());
+                auto s = at_q.find(name);
+                const bool unmeasured = s != at_q.end() && !s->second->measured();
+                if (!unmeasured && (g == growth.end() || g->second.size() < 2)) continue;
+                std::vector<double> ratios;
+                if (!unmeasured) ratios.assign(g->second.begin() + 1, g->second.end());
                 h.report("abort", ps, {"growth_from_empty", false}, harness::summarize(name, ratios),
                          std::string(name) == "spindle_smart",
                          "ns per abort with the queue loaded / on an empty twin of the same primitive, timed in "
@@ -1016,14 +1021,15 @@ void bench_abort(harness& h, const run_options& o) {
             // Speed-up over the linear queue: ratios within each round.
             auto lin = at_q.find("linear_removal");
             if (lin == at_q.end()) continue;
-            if (!lin->second->measured()) continue;
             for (const char* name : {"spindle_simple", "spindle_smart"}) {
                 auto it = at_q.find(name);
-                if (it == at_q.end() || !it->second->measured()) continue;
-                const std::vector<double>& a = lin->second->samples;
-                const std::vector<double>& b = it->second->samples;
+                if (it == at_q.end()) continue;
                 std::vector<double> ratios;
-                for (std::size_t r = 0; r < a.size() && r < b.size(); ++r) ratios.push_back(a[r] / b[r]);
+                if (lin->second->measured() && it->second->measured()) {
+                    const std::vector<double>& a = lin->second->samples;
+                    const std::vector<double>& b = it->second->samples;
+                    for (std::size_t r = 0; r < a.size() && r < b.size(); ++r) ratios.push_back(a[r] / b[r]);
+                }
                 h.report("abort", ps, {"speedup_vs_linear_removal", true}, harness::summarize(name, ratios),
                          std::string(name) == "spindle_smart",
                          "linear_removal's ns per abort / this variant's, round by round (the harness measures "
@@ -1868,7 +1874,7 @@ int main(int argc, char** argv) {
     harness h(argc, argv, "cqs");
     g_cpus = std::max(1u, std::thread::hardware_concurrency());
     g_target_ns = h.quick() ? 30e6 : 100e6;
-    g_spin_ns = spindle::bench::calibrate_spin("cqs");
+    g_spin_ns = spindle::bench::calibrate_spin(h, "cqs");
     // First, so that a suite cut short by its time budget still has it;
     // not again when the program restarts after a hang (see harness.hpp).
     if (h.wants("hang_freedom") && !h.replaying()) bench_hang_freedom(h, o);

@@ -26,7 +26,8 @@
 //
 // "hung": the watchdog (below) stopped it; "skipped": not run, the suite's
 // time budget (--time-budget) was spent (a workload skipped whole has one
-// such record, with variant "*", metric "*" and no params).
+// such record, with variant "*", metric "*" and no params), or not
+// finished, stopped when --hard-budget was nearly spent.
 //
 // Progress goes to stderr, one line per comparison.
 //
@@ -45,21 +46,32 @@
 //     measurement overruns its budget: 100x the slowest finished
 //     measurement of the comparison, at least 10 s, at most --hang-budget
 //     (60 s quick, 300 s full; the first measurement of a comparison gets
-//     the most).
-//   * On an overrun the watchdog kills the child processes the measurement
-//     started (watch_child), saves what this run has measured (every
-//     finished comparison's summaries, the hung variant, the start time) to
-//     a state file next to --out, and re-executes the program with --resume
-//     FILE. The new image replays the finished comparisons (compare()
-//     returns their saved summaries without measuring, report() writes
-//     nothing), then measures the hung comparison again without the hung
-//     variant, records that one as "hung" and goes on. The records file is
-//     appended to. Nothing is lost but the hung comparison's samples.
+//     the most), and never past --hard-budget less a margin for the
+//     restart (hard_margin_s), so that a measurement still running late
+//     in the run is recorded before tools/bench.py kills the program. One
+//     stopped at that cut did not run out of its own budget: it is
+//     recorded as "skipped" (its reason says so), not as "hung".
+//   * On an overrun the watchdog saves what this run has measured (every
+//     finished comparison's key and summaries, the hung variant, the
+//     calibrations, the start time) to a state file next to --out, removes
+//     the measurements' scratch directories, kills the child processes the
+//     measurement started (watch_child) and, at once, re-executes the
+//     program with --resume FILE. It holds its lock (wd_m_) from the
+//     overrun to the execv: a measuring thread that sees its child killed
+//     takes that lock first (after_child_killed), so it cannot fail the run
+//     in between. The new image replays the finished comparisons (compare()
+//     checks each one's key and returns its saved summaries without
+//     measuring, report() writes nothing), then measures the hung
+//     comparison again without the hung variant, records that one as
+//     "hung" and goes on. The records file is appended to. Nothing is lost
+//     but the hung comparison's samples.
 // That relies on a program calling compare() in the same order with the
 // same arguments whenever it runs with the same command line, which every
-// program here does. tools/bench.py adds the outer bound: a budget per
-// suite, passed on as --time-budget, and a kill past it (for a hang outside
-// a measurement, which the watchdog does not see).
+// program here does; a replayed comparison whose key differs from the saved
+// one stops the run. tools/bench.py adds the outer bound: a budget per
+// suite, passed on as --time-budget (its share) and --hard-budget (the
+// whole), and a kill past it (for a hang outside a measurement, which the
+// watchdog does not see).
 //
 // Command line of every benchmark program:
 //   --out FILE          where to write records (default: stdout)
@@ -70,13 +82,24 @@
 //   --hang-budget S     the longest one measurement may take, seconds
 //   --time-budget S     past S seconds of the run, record comparisons and
 //                       workloads as "skipped" instead of running them
+//   --hard-budget S     the program is killed S seconds after its start
+//                       (tools/bench.py's budget): no measurement is
+//                       watched past S less hard_margin_s
 //   --test-hang V[:K]   test only: the K-th measurement (default 1, the
 //                       warm-up) of variant V in every comparison blocks
 //                       forever in a thread join, as a lost wake-up would
+//   --test-hang-child V[:K]  test only: the same measurement runs, but the
+//                       child processes it starts (in_child, locks' LevelDB
+//                       driver) block forever
+//   --test-hang-budget S  test only: that measurement's budget (default: as
+//                       any other's)
+//   --test-child-limit S  test only: the children of that measurement get S
+//                       seconds instead of their own limit
 //   --resume FILE       internal: the watchdog's restart after a hang
 #pragma once
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -85,6 +108,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <limits>
@@ -96,9 +120,11 @@
 #include <utility>
 #include <vector>
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/timerfd.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>  // sysconf
 
 namespace spindle::bench {
@@ -194,10 +220,10 @@ struct summary {
 };
 
 // The child processes a measurement has started and not yet reaped: the
-// watchdog kills them before it restarts the program, so that a hung child
+// watchdog kills them on its way to the restart, so that a hung child
 // (Boost.Fiber's work-stealing threads spin) does not outlive its
 // measurement. in_child (runners.hpp) and locks' LevelDB driver register
-// theirs.
+// theirs, and reap them with reap_child.
 namespace detail {
 inline std::mutex& child_mutex() {
     static std::mutex m;
@@ -220,6 +246,22 @@ inline void forget_child(pid_t pid) {
     v.erase(std::remove(v.begin(), v.end(), pid), v.end());
 }
 
+// Waits for child `pid` to end, stops watching it, then reaps it and stores
+// its wait status; false (errno set) if it cannot be waited for. In that
+// order: until it is reaped the pid is still the dead child's, so the
+// watchdog cannot kill another process that has been given the same pid.
+inline bool reap_child(pid_t pid, int& status) {
+    siginfo_t info{};
+    int r = 0;
+    while ((r = waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOWAIT)) != 0 && errno == EINTR) {
+    }
+    forget_child(pid);
+    if (r != 0) return false;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR) return false;
+    return true;
+}
+
 class harness;
 
 namespace detail {
@@ -234,6 +276,19 @@ inline harness*& current_harness() {
 // goes on as the watchdog would. Outside a measurement: prints the reason
 // and exits 1.
 [[noreturn]] void measurement_hung(const std::string& reason);
+
+// Called by a measurement whose child died of SIGKILL, before it does
+// anything else. The watchdog kills the children only on its way to the
+// execv, holding its lock: if that is what happened, this blocks until the
+// new image replaces this one. Otherwise (another process killed the
+// child) it returns, and the caller goes on as it would have.
+void after_child_killed();
+
+// Test only (--test-hang-child, --test-child-limit): whether the child
+// processes the current measurement starts are to block forever, and the
+// limit such a child gets instead of its own `own_s`.
+bool test_hang_children();
+double child_limit_s(double own_s);
 
 class harness {
 public:
@@ -252,7 +307,13 @@ public:
             else if (a == "--only") only_ = value("--only");
             else if (a == "--hang-budget") hang_budget_s_ = seconds(value("--hang-budget"), "--hang-budget");
             else if (a == "--time-budget") time_budget_s_ = seconds(value("--time-budget"), "--time-budget");
-            else if (a == "--test-hang") test_hang(value("--test-hang"));
+            else if (a == "--hard-budget") hard_budget_s_ = seconds(value("--hard-budget"), "--hard-budget");
+            else if (a == "--test-hang") test_hang(value("--test-hang"), test_hang_);
+            else if (a == "--test-hang-child") test_hang(value("--test-hang-child"), test_hang_child_);
+            else if (a == "--test-hang-budget")
+                test_hang_budget_s_ = seconds(value("--test-hang-budget"), "--test-hang-budget");
+            else if (a == "--test-child-limit")
+                test_child_limit_s_ = seconds(value("--test-child-limit"), "--test-child-limit");
             else if (a == "--resume") resume_path = value("--resume");
             else if (a == "--help" || a == "-h") usage(nullptr);
             else usage(("unknown argument '" + a + "'").c_str());
@@ -277,6 +338,7 @@ public:
     ~harness() {
         detail::current_harness() = nullptr;
         stop_watchdog();
+        remove_scratch_dirs();
         if (ff_)
             std::fprintf(stderr,
                          "%s: the comparison that hung (number %d) was never reached again; its hung variant is "
@@ -299,6 +361,7 @@ public:
     // replaying, the budget is not looked at: the workload of the hung
     // comparison must be reached again.
     bool wants(const std::string& workload) {
+        last_result_.clear();
         if (!only_.empty() && workload.find(only_) == std::string::npos) return false;
         if (ff_ || !over_time_budget()) return true;
         if (skipped_workloads_.insert(workload).second) {
@@ -314,21 +377,84 @@ public:
     // (after a restart): work that only feeds report() can be left out.
     bool replaying() const { return ff_; }
 
+    // Whether --time-budget is spent (said once on stderr), why what it
+    // leaves out is skipped, and when it ends (now_ns()'s clock; infinity
+    // without one): for a workload that watches its own time
+    // (cqs/hang_freedom).
+    bool over_time_budget() {
+        if (time_budget_s_ <= 0 || now_ns() - start_ns_ <= time_budget_s_ * 1e9) return false;
+        if (!said_over_budget_) {
+            said_over_budget_ = true;
+            std::fprintf(stderr, "%s: the time budget of %g s is spent: what is left is recorded as skipped\n",
+                         suite_.c_str(), time_budget_s_);
+        }
+        return true;
+    }
+    std::string budget_reason() const {
+        return "not run: the suite's time budget of " + num(time_budget_s_) + " s was spent";
+    }
+    double time_budget_end_ns() const {
+        return time_budget_s_ > 0 ? start_ns_ + time_budget_s_ * 1e9 : std::numeric_limits<double>::infinity();
+    }
+
+    // A value the measurements depend on that the program measures before
+    // them (calibrate_spin's cost of a work-loop iteration): `measure()` in
+    // the first image, the same value after a restart, so that the replayed
+    // and the new comparisons ran the same work loops.
+    double calibration(const std::string& name, const std::function<double()>& measure) {
+        for (const auto& [n, v] : calibrations_)
+            if (n == name) {
+                std::fprintf(stderr, "%s: %s = %g, as measured before the restart\n", suite_.c_str(), name.c_str(), v);
+                return v;
+            }
+        const double v = measure();
+        std::lock_guard<std::mutex> lk(wd_m_);  // the watchdog saves them
+        calibrations_.emplace_back(name, v);
+        return v;
+    }
+
+    // A directory for a workload's files (locks' LevelDB database), made
+    // beside --out (tools/bench.py's temporary directory, which it removes
+    // even when it kills the program), or in $TMPDIR without --out; removed
+    // by remove_scratch_dir, by the watchdog before a restart (an execv runs
+    // no clean-up) and when the harness ends. Empty if it cannot be made
+    // (errno set).
+    std::string make_scratch_dir(const std::string& name) {
+        std::string dir = out_path_.empty() ? temp_dir() : std::filesystem::path(out_path_).parent_path().string();
+        if (dir.empty()) dir = ".";
+        std::string tmpl = dir + "/spindle-bench-" + name + "-XXXXXX";
+        if (mkdtemp(tmpl.data()) == nullptr) return {};
+        std::lock_guard<std::mutex> lk(wd_m_);
+        scratch_dirs_.push_back(tmpl);
+        return tmpl;
+    }
+    void remove_scratch_dir(const std::string& path) {
+        std::error_code ec;
+        std::filesystem::remove_all(path, ec);
+        std::lock_guard<std::mutex> lk(wd_m_);
+        scratch_dirs_.erase(std::remove(scratch_dirs_.begin(), scratch_dirs_.end(), path), scratch_dirs_.end());
+    }
+
     // Run the variants interleaved and write one record per variant.
     std::vector<summary> compare(const std::string& workload, const params& ps, const metric& m,
                                  const std::vector<variant>& vs, int reps = 0) {
         const int index = compare_count_++;
+        const std::string key = comparison_key(workload, ps, m, vs);
         if (ff_ && index < resume_at_) {
-            if (static_cast<std::size_t>(index) < done_.size()) return done_[static_cast<std::size_t>(index)];
-            fail_resume("the saved results end before the comparison that hung");
+            if (static_cast<std::size_t>(index) >= done_.size())
+                fail_resume("the saved results end before the comparison that hung");
+            check_key(index, done_keys_[static_cast<std::size_t>(index)], key);
+            last_result_ = done_[static_cast<std::size_t>(index)];
+            return last_result_;
         }
         std::vector<summary> result(vs.size());
         for (std::size_t i = 0; i < vs.size(); ++i) result[i].variant = vs[i].name;
         if (ff_ && index == resume_at_) {
+            check_key(index, resume_key_, key);
             ff_ = false;
-            for (const auto& [name, reason] : resume_hung_)
+            for (const stopped_variant& st : resume_hung_)
                 for (auto& s : result)
-                    if (s.variant == name) mark(s, "hung", reason);
+                    if (s.variant == st.variant) mark(s, st.status.c_str(), st.reason);
         }
         if (reps <= 0) reps = this->reps();
         std::vector<std::size_t> active;  // the variants to measure
@@ -344,17 +470,22 @@ public:
         {
             std::lock_guard<std::mutex> lk(wd_m_);
             cur_index_ = index;
+            cur_key_ = key;
             cur_label_ = suite_ + "/" + workload + " " + params_text(ps);
             cur_slowest_ns_ = 0;
         }
         std::vector<int> measured_count(vs.size(), 0);
         auto one = [&](std::size_t i) {
             const int nth = ++measured_count[i];
+            const bool hang = vs[i].name == test_hang_.variant && nth == test_hang_.at;
+            const bool hang_child = vs[i].name == test_hang_child_.variant && nth == test_hang_child_.at;
             const double t0 = now_ns();
-            arm(vs[i].name, nth, reps + 1);
+            arm(vs[i].name, nth, reps + 1, hang || hang_child);
+            hang_children_.store(hang_child, std::memory_order_relaxed);
             double v;
-            if (vs[i].name == test_hang_variant_ && nth == test_hang_at_) v = hang_forever();
+            if (hang) v = hang_forever();
             else v = vs[i].measure();
+            hang_children_.store(false, std::memory_order_relaxed);
             disarm(now_ns() - t0);
             return v;
         };
@@ -380,15 +511,23 @@ public:
             line += buf;
         }
         std::fprintf(stderr, "  %s %s (median of %d)\n", line.c_str(), m.name.c_str(), reps);
-        done_.push_back(result);
+        {
+            std::lock_guard<std::mutex> lk(wd_m_);  // the watchdog saves them
+            done_.push_back(result);
+            done_keys_.push_back(key);
+        }
+        last_result_ = result;
         return result;
     }
 
     // Write a record for a value computed elsewhere (e.g. a ratio of medians,
     // or a single measurement such as peak RSS). A summary that is not
-    // measured is written as such; one with no values or a value that is
-    // not finite (computed from a variant that hung) is not written. While
-    // replaying, nothing is written: the earlier image did.
+    // measured is written as such. One with no values or a value that is
+    // not finite was computed from a variant that hung or was skipped: if
+    // one of the last comparison's variants was not measured (this one's
+    // own first), it is written as a status record that names it;
+    // otherwise it is left out, with a line on stderr. While replaying,
+    // nothing is written: the earlier image did.
     void report(const std::string& workload, const params& ps, const metric& m, const summary& s,
                 bool reference = false, const std::string& note = "") {
         if (ff_) return;
@@ -397,9 +536,29 @@ public:
             return;
         }
         if (s.samples.empty() || !finite(s)) {
-            std::fprintf(stderr, "  %s/%s %s: %s %s not written: no finite value (from a variant that hung?)\n",
-                         suite_.c_str(), workload.c_str(), params_text(ps).c_str(), s.variant.c_str(),
-                         m.name.c_str());
+            const summary* from = nullptr;
+            for (const summary& r : last_result_) {
+                if (r.measured()) continue;
+                if (from == nullptr) from = &r;
+                if (r.variant == s.variant) {
+                    from = &r;
+                    break;
+                }
+            }
+            if (from != nullptr) {
+                summary t;
+                t.variant = s.variant;
+                mark(t, from->status.c_str(),
+                     "not computed: it derives from " + from->variant + ", which " +
+                         (from->status == "hung" ? "hung" : "was " + from->status) + " (" + from->reason + ")");
+                write_status_record(workload, ps, m, t, note);
+                std::fprintf(stderr, "  %s/%s %s: %s %s %s (from %s)\n", suite_.c_str(), workload.c_str(),
+                             params_text(ps).c_str(), s.variant.c_str(), m.name.c_str(), t.status.c_str(),
+                             from->variant.c_str());
+                return;
+            }
+            std::fprintf(stderr, "  %s/%s %s: %s %s not written: no finite value\n", suite_.c_str(),
+                         workload.c_str(), params_text(ps).c_str(), s.variant.c_str(), m.name.c_str());
             return;
         }
         write_record(workload, ps, m, s, reference, note);
@@ -407,19 +566,40 @@ public:
                      params_text(ps).c_str(), s.variant.c_str(), s.median, m.name.c_str());
     }
 
+    // A record of a variant that was not run or not measured, with `status`
+    // ("hung" or "skipped") and `reason`, for a workload that runs its own
+    // variants (cqs/hang_freedom). Nothing while replaying.
+    void report_status(const std::string& workload, const params& ps, const metric& m, const std::string& variant,
+                       const char* status, const std::string& reason, const std::string& note) {
+        if (ff_) return;
+        summary s;
+        s.variant = variant;
+        mark(s, status, reason);
+        write_status_record(workload, ps, m, s, note);
+        std::fprintf(stderr, "  %s/%s %s: %s %s (%s)\n", suite_.c_str(), workload.c_str(), params_text(ps).c_str(),
+                     variant.c_str(), status, reason.c_str());
+    }
+
     // A record of `rounds` repeated rounds of one variant (the hang-freedom
     // workload): metric rounds_finished, its value `finished`; reps =
-    // `rounds` attempted; plus "hung_rounds" and "round_budget_ms".
+    // `rounds` attempted; plus "hung_rounds" and "round_budget_ms". A
+    // variant that attempted none should have a report_status record
+    // instead; it gets a "skipped" one here.
     void report_rounds(const std::string& workload, const params& ps, const std::string& variant, long rounds,
                        long finished, long hung, double round_budget_ms, bool reference, const std::string& note) {
         if (ff_) return;
+        if (rounds <= 0) {
+            report_status(workload, ps, {"rounds_finished", true}, variant, "skipped", "not run: no round attempted",
+                          note);
+            return;
+        }
         summary s;
         s.variant = variant;
         const std::string n = std::to_string(finished);  // whole numbers: %g would round a million
         write_json(workload, ps, {"rounds_finished", true}, s, reference, note, "",
                    ", \"median\": " + n + ", \"min\": " + n + ", \"max\": " + n +
-                       ", \"reps\": " + std::to_string(std::max(rounds, 1L)) + ", \"hung_rounds\": " +
-                       std::to_string(hung) + ", \"round_budget_ms\": " + num(round_budget_ms));
+                       ", \"reps\": " + std::to_string(rounds) + ", \"hung_rounds\": " + std::to_string(hung) +
+                       ", \"round_budget_ms\": " + num(round_budget_ms));
         std::fprintf(stderr, "  %s/%s %s: %s %ld of %ld rounds finished, %ld hung\n", suite_.c_str(),
                      workload.c_str(), params_text(ps).c_str(), variant.c_str(), finished, rounds, hung);
     }
@@ -445,12 +625,30 @@ public:
 
 private:
     friend void measurement_hung(const std::string& reason);
+    friend void after_child_killed();
+    friend bool test_hang_children();
+    friend double child_limit_s(double own_s);
+
+    // A variant of the comparison that hung, which the watchdog stopped:
+    // "hung", or "skipped" when its budget was what --hard-budget left.
+    struct stopped_variant {
+        std::string variant;
+        std::string status;
+        std::string reason;
+    };
+
+    struct test_hang_spec {
+        std::string variant;  // empty: none
+        int at = 1;           // its K-th measurement in a comparison
+    };
 
     [[noreturn]] void usage(const char* err) const {
         if (err) std::fprintf(stderr, "spindle_bench_%s: %s\n", suite_.c_str(), err);
         std::fprintf(stderr,
                      "usage: spindle_bench_%s [--out FILE] [--quick|--full] [--reps N] [--only NAME]\n"
-                     "       [--hang-budget SECONDS] [--time-budget SECONDS] [--test-hang VARIANT[:K]]\n",
+                     "       [--hang-budget SECONDS] [--time-budget SECONDS] [--hard-budget SECONDS]\n"
+                     "       [--test-hang VARIANT[:K]] [--test-hang-child VARIANT[:K]]\n"
+                     "       [--test-hang-budget SECONDS] [--test-child-limit SECONDS]\n",
                      suite_.c_str());
         std::exit(err ? 2 : 0);
     }
@@ -463,14 +661,14 @@ private:
         return v;
     }
 
-    void test_hang(const std::string& spec) {
+    void test_hang(const std::string& spec, test_hang_spec& t) {
         const std::size_t colon = spec.rfind(':');
-        test_hang_variant_ = spec.substr(0, colon);
+        t.variant = spec.substr(0, colon);
         if (colon != std::string::npos) {
-            test_hang_at_ = std::atoi(spec.c_str() + colon + 1);
-            if (test_hang_at_ < 1) usage(("bad --test-hang '" + spec + "'").c_str());
+            t.at = std::atoi(spec.c_str() + colon + 1);
+            if (t.at < 1) usage(("bad test hang '" + spec + "'").c_str());
         }
-        if (test_hang_variant_.empty()) usage(("bad --test-hang '" + spec + "'").c_str());
+        if (t.variant.empty()) usage(("bad test hang '" + spec + "'").c_str());
     }
 
     // --test-hang: a thread that waits for a notification nobody sends,
@@ -501,6 +699,11 @@ private:
         return buf;
     }
 
+    static std::string temp_dir() {
+        const char* t = std::getenv("TMPDIR");
+        return t != nullptr && *t != '\0' ? t : "/tmp";
+    }
+
     static bool finite(const summary& s) {
         return std::isfinite(s.median) && std::isfinite(s.min) && std::isfinite(s.max) &&
                std::all_of(s.samples.begin(), s.samples.end(), [](double x) { return std::isfinite(x); });
@@ -511,6 +714,22 @@ private:
         s.reason = reason;
         s.median = s.min = s.max = std::numeric_limits<double>::quiet_NaN();
         s.samples.clear();
+    }
+
+    // What identifies a comparison across a restart: workload, params,
+    // metric and variants, on one line.
+    static std::string comparison_key(const std::string& workload, const params& ps, const metric& m,
+                                      const std::vector<variant>& vs) {
+        std::string k = workload + " " + params_text(ps) + " " + m.name + ":";
+        for (const variant& v : vs) k += " " + v.name;
+        return one_line(k);
+    }
+
+    void check_key(int index, const std::string& saved, const std::string& now) {
+        if (saved == now) return;
+        fail_resume(("comparison " + std::to_string(index + 1) + " is '" + now + "' in this image but '" + saved +
+                     "' in the saved run: the program did not call compare() in the same order")
+                        .c_str());
     }
 
     // ----- records
@@ -553,26 +772,16 @@ private:
         std::fflush(out_);
     }
 
-    // ----- time budget
-
-    bool over_time_budget() {
-        if (time_budget_s_ <= 0 || now_ns() - start_ns_ <= time_budget_s_ * 1e9) return false;
-        if (!said_over_budget_) {
-            said_over_budget_ = true;
-            std::fprintf(stderr, "%s: the time budget of %g s is spent: what is left is recorded as skipped\n",
-                         suite_.c_str(), time_budget_s_);
-        }
-        return true;
-    }
-
-    std::string budget_reason() const {
-        return "not run: the suite's time budget of " + num(time_budget_s_) + " s was spent";
-    }
-
     // ----- watchdog (see the header)
 
     static constexpr double hang_factor = 100;     // x the slowest finished measurement of the comparison
     static constexpr double hang_floor_s = 10;     // ... but at least this, and at most --hang-budget
+    static constexpr double hard_floor_s = 1;      // a budget cut by --hard-budget: at least this
+
+    // What a restart needs before --hard-budget: the new image replays the
+    // finished comparisons and sets up again (locks refills its LevelDB
+    // database), then records what is left as skipped.
+    double hard_margin_s() const { return std::max(5.0, 0.1 * hard_budget_s_); }
 
     void start_watchdog() {
         tfd_ = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC);
@@ -607,12 +816,21 @@ private:
         timerfd_settime(tfd_, 0, &its, nullptr);
     }
 
-    void arm(const std::string& variant, int nth, int of) {
+    void arm(const std::string& variant, int nth, int of, bool test_hang) {
         std::lock_guard<std::mutex> lk(wd_m_);
-        const double budget = cur_slowest_ns_ <= 0
-                                  ? hang_budget_s_
-                                  : std::min(hang_budget_s_, std::max(std::min(hang_floor_s, hang_budget_s_),
-                                                                      hang_factor * cur_slowest_ns_ * 1e-9));
+        double budget = cur_slowest_ns_ <= 0
+                            ? hang_budget_s_
+                            : std::min(hang_budget_s_, std::max(std::min(hang_floor_s, hang_budget_s_),
+                                                                hang_factor * cur_slowest_ns_ * 1e-9));
+        if (test_hang && test_hang_budget_s_ > 0) budget = test_hang_budget_s_;
+        cur_cut_ = false;
+        if (hard_budget_s_ > 0) {
+            const double left = hard_budget_s_ - hard_margin_s() - (now_ns() - start_ns_) * 1e-9;
+            if (left < budget) {
+                budget = std::max(left, hard_floor_s);
+                cur_cut_ = true;
+            }
+        }
         cur_variant_ = variant;
         cur_nth_ = nth;
         cur_of_ = of;
@@ -637,34 +855,72 @@ private:
             std::unique_lock<std::mutex> lk(wd_m_);
             if (stopping_) return;
             if (!armed_ || now_ns() < cur_deadline_ns_) continue;  // a stale expiry
-            char why[256];
-            std::snprintf(why, sizeof why,
-                          "no result within %g s (its measurement %d of %d in this comparison, the warm-up "
-                          "counted; the comparison was measured again without it)",
-                          cur_budget_s_, cur_nth_, cur_of_);
-            restart_without_current(why);  // holds wd_m_ to the end: the measuring thread stays out
+            // Cut short by --hard-budget, it was stopped for want of time,
+            // not because it hung: recorded as skipped.
+            char why[360];
+            if (cur_cut_)
+                std::snprintf(why, sizeof why,
+                              "not finished: stopped after %g s, all that the suite's --hard-budget left it; it may "
+                              "or may not have hung (its measurement %d of %d in this comparison, the warm-up "
+                              "counted)",
+                              cur_budget_s_, cur_nth_, cur_of_);
+            else
+                std::snprintf(why, sizeof why,
+                              "no result within %g s (its measurement %d of %d in this comparison, the warm-up "
+                              "counted; the comparison was measured again without it)",
+                              cur_budget_s_, cur_nth_, cur_of_);
+            // Holds wd_m_ to the end: the measuring thread stays out.
+            restart_without_current(cur_cut_ ? "skipped" : "hung", why);
         }
     }
 
-    // The current measurement's variant hung: record it and go on in a new
-    // image of the program (see the header). Called with wd_m_ held.
-    [[noreturn]] void restart_without_current(const std::string& reason) {
-        {
-            std::lock_guard<std::mutex> lk(detail::child_mutex());
-            for (pid_t pid : detail::child_pids()) kill(pid, SIGKILL);
+    // Writes `text` to stderr without stdio: the watchdog must not wait for
+    // a stream's lock that a stuck measurement may hold.
+    static void say(const std::string& text) {
+        const char* p = text.data();
+        std::size_t left = text.size();
+        while (left > 0) {
+            const ssize_t k = write(STDERR_FILENO, p, left);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) return;
+            p += k;
+            left -= static_cast<std::size_t>(k);
         }
-        std::fprintf(stderr, "  %s: %s hung: %s; restarting the program to go on without it\n",
-                     cur_label_.c_str(), cur_variant_.c_str(), reason.c_str());
-        std::vector<std::pair<std::string, std::string>> hung;
+    }
+
+    void kill_children() {
+        std::lock_guard<std::mutex> lk(detail::child_mutex());
+        for (pid_t pid : detail::child_pids()) kill(pid, SIGKILL);
+    }
+
+    void remove_scratch_dirs() {
+        std::vector<std::string> dirs;
+        {
+            std::lock_guard<std::mutex> lk(wd_m_);
+            dirs.swap(scratch_dirs_);
+        }
+        for (const std::string& d : dirs) {
+            std::error_code ec;
+            std::filesystem::remove_all(d, ec);
+        }
+    }
+
+    // The current measurement's variant hung (or, `status` "skipped", ran
+    // out of the suite's time): record it so and go on in a new image of
+    // the program (see the header). Called with wd_m_ held, which
+    // it keeps: save the state, remove the scratch directories, kill the
+    // children, execv -- the children last, so that nothing is left for a
+    // measuring thread to fail on (it takes wd_m_ first: after_child_killed).
+    [[noreturn]] void restart_without_current(const char* status, const std::string& reason) {
+        say("  " + cur_label_ + ": " + cur_variant_ + (std::strcmp(status, "hung") == 0 ? " hung: " : " stopped: ") +
+            reason + "; restarting the program to go on without it\n");
+        std::vector<stopped_variant> hung;
         if (cur_index_ == resume_at_) hung = resume_hung_;
-        hung.emplace_back(cur_variant_, reason);
-        // Kept beside the records (or in /tmp for stdout), removed when read.
-        const std::string path = out_path_.empty()
-                                     ? "/tmp/spindle_bench_" + suite_ + "." + std::to_string(getpid()) + ".resume"
-                                     : out_path_ + ".resume";
-        if (!save_state(path, cur_index_, hung)) {
-            std::fprintf(stderr, "%s: cannot write %s: %s\n", suite_.c_str(), path.c_str(), std::strerror(errno));
-            std::fflush(nullptr);
+        hung.push_back({cur_variant_, status, reason});
+        std::string path;
+        if (!save_state(cur_index_, hung, path)) {
+            say(suite_ + ": cannot save the state for a restart (" + path + "): " + std::strerror(errno) + "\n");
+            kill_children();
             _exit(3);
         }
         std::vector<std::string> args;
@@ -680,10 +936,14 @@ private:
         std::vector<char*> argv;
         for (auto& a : args) argv.push_back(a.data());
         argv.push_back(nullptr);
-        std::fflush(nullptr);
+        for (const std::string& d : scratch_dirs_) {  // wd_m_ is held
+            std::error_code ec;
+            std::filesystem::remove_all(d, ec);
+        }
+        kill_children();
         execv("/proc/self/exe", argv.data());
-        std::fprintf(stderr, "%s: cannot restart (execv /proc/self/exe: %s)\n", suite_.c_str(), std::strerror(errno));
-        std::fflush(nullptr);
+        say(suite_ + ": cannot restart (execv /proc/self/exe: " + std::strerror(errno) + ")\n");
+        std::remove(path.c_str());
         _exit(3);
     }
 
@@ -697,34 +957,72 @@ private:
 
     // ----- the state a restart carries over
     //
-    //   spindle-bench-resume 1
+    //   spindle-bench-resume 2
     //   start_ns <the run's start, CLOCK_MONOTONIC ns>
+    //   cal <name> <value>               a calibration (see calibration())
     //   at <index of the comparison that hung>
-    //   c <number of summaries>          one per finished comparison, each
-    //   s <status|-> <n> <median> <min> <max> <n samples> <variant>
-    //   r <reason>                       after every s and h line
-    //   h <variant>                      a hung variant of comparison `at`
+    //   key <its key>
+    //   c <key>                          one per finished comparison, with
+    //   s <status|-> <median> <min> <max> <n samples> <samples...>
+    //   v <variant>                      after every s line
+    //   r <reason>                       after every v and h line
+    //   h <hung|skipped> <variant>       a variant of comparison `at` that
+    //                                    the watchdog stopped, and as what
+    //
+    // Keys, variant names and reasons are the rest of their line. The file
+    // is new (O_EXCL, a name of its own beside --out or in $TMPDIR) and
+    // written without stdio (the watchdog writes it); read, it is removed.
 
     bool resuming() const { return resume_at_ >= 0; }
 
-    bool save_state(const std::string& path, int at, const std::vector<std::pair<std::string, std::string>>& hung) {
-        const std::string tmp = path + ".tmp";
-        std::FILE* f = std::fopen(tmp.c_str(), "w");
-        if (f == nullptr) return false;
-        std::fprintf(f, "spindle-bench-resume 1\nstart_ns %.17g\nat %d\n", start_ns_, at);
-        for (const auto& cmp : done_) {
-            std::fprintf(f, "c %zu\n", cmp.size());
-            for (const summary& s : cmp) {
-                std::fprintf(f, "s %s %zu %.17g %.17g %.17g", s.status.empty() ? "-" : s.status.c_str(),
-                             s.samples.size(), s.median, s.min, s.max);
-                for (double x : s.samples) std::fprintf(f, " %.17g", x);
-                std::fprintf(f, " %s\nr %s\n", s.variant.c_str(), one_line(s.reason).c_str());
+    // Called with wd_m_ held. `path`: the file written, else (false, errno
+    // set) the one tried.
+    bool save_state(int at, const std::vector<stopped_variant>& hung, std::string& path) {
+        auto number = [](double v) {
+            char buf[40];
+            std::snprintf(buf, sizeof buf, " %.17g", v);
+            return std::string(buf);
+        };
+        std::string t = "spindle-bench-resume 2\nstart_ns" + number(start_ns_) + "\n";
+        for (const auto& [name, v] : calibrations_) t += "cal " + name + number(v) + "\n";
+        t += "at " + std::to_string(at) + "\nkey " + cur_key_ + "\n";
+        for (std::size_t i = 0; i < done_.size(); ++i) {
+            t += "c " + done_keys_[i] + "\n";
+            for (const summary& s : done_[i]) {
+                t += "s " + (s.status.empty() ? std::string("-") : s.status) + number(s.median) + number(s.min) +
+                     number(s.max) + " " + std::to_string(s.samples.size());
+                for (double x : s.samples) t += number(x);
+                t += "\nv " + one_line(s.variant) + "\nr " + one_line(s.reason) + "\n";
             }
         }
-        for (const auto& [name, reason] : hung) std::fprintf(f, "h %s\nr %s\n", name.c_str(), one_line(reason).c_str());
-        const bool ok = std::fflush(f) == 0 && std::ferror(f) == 0;
-        std::fclose(f);
-        return ok && std::rename(tmp.c_str(), path.c_str()) == 0;
+        for (const stopped_variant& st : hung)
+            t += "h " + st.status + " " + one_line(st.variant) + "\nr " + one_line(st.reason) + "\n";
+
+        path = (out_path_.empty() ? temp_dir() + "/spindle_bench_" + suite_ : out_path_) + ".resume.XXXXXX";
+        const int fd = mkostemp(path.data(), O_CLOEXEC);
+        if (fd < 0) return false;
+        const char* p = t.data();
+        std::size_t left = t.size();
+        while (left > 0) {
+            const ssize_t k = write(fd, p, left);
+            if (k < 0 && errno == EINTR) continue;
+            if (k <= 0) {
+                const int e = k < 0 ? errno : ENOSPC;
+                close(fd);
+                unlink(path.c_str());
+                errno = e;
+                return false;
+            }
+            p += k;
+            left -= static_cast<std::size_t>(k);
+        }
+        if (close(fd) != 0) {
+            const int e = errno;
+            unlink(path.c_str());
+            errno = e;
+            return false;
+        }
+        return true;
     }
 
     static std::string one_line(std::string s) {
@@ -732,68 +1030,94 @@ private:
         return s;
     }
 
-    [[noreturn]] void fail_resume(const char* why) const {
+    // Stops the run: the resume file (once it was opened) and the scratch
+    // directories go with it.
+    [[noreturn]] void fail_resume(const char* why) {
         std::fprintf(stderr, "%s: cannot resume: %s\n", suite_.c_str(), why);
+        if (!resume_path_.empty()) std::remove(resume_path_.c_str());
+        remove_scratch_dirs();
         std::exit(2);
     }
 
     void load_state(const std::string& path) {
         std::ifstream f(path);
         if (!f) fail_resume(("cannot read " + path).c_str());
+        resume_path_ = path;
         std::string line;
-        if (!std::getline(f, line) || line != "spindle-bench-resume 1") fail_resume("not a resume file");
-        std::string* pending_reason = nullptr;
+        if (!std::getline(f, line) || line != "spindle-bench-resume 2") fail_resume("not a resume file");
+        std::string* pending_reason = nullptr;  // an r line is due for it
+        summary* pending_variant = nullptr;     // a v line is due for it
+        auto bad = [&] { fail_resume(("bad line: " + line).c_str()); };
         while (std::getline(f, line)) {
-            std::istringstream in(line);
-            std::string tag;
-            in >> tag;
+            const std::size_t sp = line.find(' ');
+            const std::string tag = line.substr(0, sp);
+            const std::string rest = sp == std::string::npos ? "" : line.substr(sp + 1);
+            if ((pending_variant != nullptr) != (tag == "v")) bad();
+            if ((pending_reason != nullptr) != (tag == "r")) bad();
+            std::istringstream in(rest);
+            // Numbers through strtod: operator>> does not read "nan".
+            auto number = [&] {
+                std::string t;
+                in >> t;
+                char* end = nullptr;
+                const double v = std::strtod(t.c_str(), &end);
+                if (t.empty() || *end != '\0') bad();
+                return v;
+            };
             if (tag == "start_ns") {
-                in >> start_ns_;
+                start_ns_ = number();
+            } else if (tag == "cal") {
+                std::string name;
+                in >> name;
+                const double v = number();
+                calibrations_.emplace_back(name, v);
             } else if (tag == "at") {
-                in >> resume_at_;
+                resume_at_ = static_cast<int>(number());
+            } else if (tag == "key") {
+                resume_key_ = rest;
             } else if (tag == "c") {
                 done_.emplace_back();
+                done_keys_.push_back(rest);
             } else if (tag == "s") {
                 if (done_.empty()) fail_resume("a summary before its comparison");
-                // Numbers through strtod: operator>> does not read "nan".
-                auto number = [&] {
-                    std::string t;
-                    in >> t;
-                    char* end = nullptr;
-                    const double v = std::strtod(t.c_str(), &end);
-                    if (t.empty() || *end != '\0') fail_resume(("bad line: " + line).c_str());
-                    return v;
-                };
                 summary s;
                 in >> s.status;
-                const auto n = static_cast<std::size_t>(number());
+                if (s.status == "-") s.status.clear();
                 s.median = number();
                 s.min = number();
                 s.max = number();
-                if (s.status == "-") s.status.clear();
-                s.samples.resize(n);
+                const double n = number();
+                if (!(n >= 0 && n < 1e9)) bad();
+                s.samples.resize(static_cast<std::size_t>(n));
                 for (double& x : s.samples) x = number();
-                in >> s.variant;
-                if (!in) fail_resume(("bad line: " + line).c_str());
                 done_.back().push_back(std::move(s));
-                pending_reason = &done_.back().back().reason;
+                pending_variant = &done_.back().back();
+            } else if (tag == "v") {
+                pending_variant->variant = rest;
+                pending_reason = &pending_variant->reason;
+                pending_variant = nullptr;
             } else if (tag == "h") {
-                std::string name;
-                in >> name;
-                resume_hung_.emplace_back(name, "");
-                pending_reason = &resume_hung_.back().second;
+                const std::size_t sp2 = rest.find(' ');
+                stopped_variant st;
+                st.status = rest.substr(0, sp2);
+                if (sp2 == std::string::npos || (st.status != "hung" && st.status != "skipped")) bad();
+                st.variant = rest.substr(sp2 + 1);
+                resume_hung_.push_back(std::move(st));
+                pending_reason = &resume_hung_.back().reason;
             } else if (tag == "r") {
-                if (pending_reason != nullptr) *pending_reason = line.size() > 2 ? line.substr(2) : "";
+                *pending_reason = rest;
                 pending_reason = nullptr;
             } else {
-                fail_resume(("bad line: " + line).c_str());
+                bad();
             }
         }
-        if (resume_at_ < 0 || resume_hung_.empty()) fail_resume("no hung comparison in the resume file");
+        if (pending_variant != nullptr || pending_reason != nullptr) fail_resume("the file ends in a record");
+        if (resume_at_ < 0 || resume_hung_.empty() || resume_key_.empty())
+            fail_resume("no hung comparison in the resume file");
         std::remove(path.c_str());
         ff_ = true;
         std::fprintf(stderr, "%s: restarted after a hang: replaying %d finished comparisons, then comparison %d "
-                     "without %s\n", suite_.c_str(), resume_at_, resume_at_ + 1, resume_hung_.back().first.c_str());
+                     "without %s\n", suite_.c_str(), resume_at_, resume_at_ + 1, resume_hung_.back().variant.c_str());
     }
 
     std::string suite_;
@@ -805,44 +1129,78 @@ private:
 
     double start_ns_ = 0;         // the run's start (the first image's, after a restart)
     double time_budget_s_ = 0;    // 0: none
+    double hard_budget_s_ = 0;    // 0: none
     double hang_budget_s_ = 0;    // the most one measurement may take
     bool said_over_budget_ = false;
     std::set<std::string> skipped_workloads_;
-    std::string test_hang_variant_;
-    int test_hang_at_ = 1;
+    test_hang_spec test_hang_, test_hang_child_;
+    double test_hang_budget_s_ = 0;   // 0: as any other measurement's
+    double test_child_limit_s_ = 0;   // 0: the children's own
+    // The current measurement is --test-hang-child's. Relaxed: the
+    // measuring thread stores it before and after the measurement, and the
+    // loads (in_child, run_driver) are that measurement's own, on the same
+    // thread; pairs with nothing.
+    std::atomic<bool> hang_children_{false};
     std::vector<std::string> cmdline_;
+    std::vector<summary> last_result_;  // the last comparison's, for report()
 
     int compare_count_ = 0;
+    std::string resume_path_;                 // the state file read at the start
     std::vector<std::vector<summary>> done_;  // every finished comparison's summaries, in order
+    std::vector<std::string> done_keys_;      // ... and keys
+    std::vector<std::pair<std::string, double>> calibrations_;
     int resume_at_ = -1;                      // the comparison that hung in the earlier image
+    std::string resume_key_;                  // ... its key
     bool ff_ = false;                         // replaying up to resume_at_
-    std::vector<std::pair<std::string, std::string>> resume_hung_;  // its hung variants and why
+    std::vector<stopped_variant> resume_hung_;  // its variants the watchdog stopped
 
     // The watchdog's view of the current measurement; the measuring thread
-    // changes it only between measurements, under wd_m_.
+    // changes it only between measurements, under wd_m_. done_, done_keys_,
+    // calibrations_ and scratch_dirs_ change under wd_m_ too.
     std::thread watchdog_;
     int tfd_ = -1;
     std::mutex wd_m_;
     bool stopping_ = false;
     bool armed_ = false;
+    bool cur_cut_ = false;  // its budget is what --hard-budget left
     double cur_deadline_ns_ = 0;
     double cur_budget_s_ = 0;
     double cur_slowest_ns_ = 0;
     int cur_index_ = -1;
     int cur_nth_ = 0, cur_of_ = 0;
+    std::string cur_key_;
     std::string cur_label_;
     std::string cur_variant_;
+    std::vector<std::string> scratch_dirs_;
 };
 
 inline void measurement_hung(const std::string& reason) {
     harness* h = detail::current_harness();
     if (h != nullptr) {
         std::unique_lock<std::mutex> lk(h->wd_m_);
-        if (h->armed_) h->restart_without_current(reason + " (the comparison was measured again without it)");
+        if (h->armed_) h->restart_without_current("hung", reason + " (the comparison was measured again without it)");
+        lk.unlock();
+        h->remove_scratch_dirs();
     }
     std::fprintf(stderr, "%s: %s\n", program_invocation_short_name, reason.c_str());
     std::fflush(nullptr);
     std::_Exit(1);
+}
+
+inline void after_child_killed() {
+    harness* h = detail::current_harness();
+    if (h == nullptr) return;
+    std::lock_guard<std::mutex> lk(h->wd_m_);  // held for good by a watchdog that restarts the program
+}
+
+inline bool test_hang_children() {
+    const harness* h = detail::current_harness();
+    return h != nullptr && h->hang_children_.load(std::memory_order_relaxed);
+}
+
+inline double child_limit_s(double own_s) {
+    const harness* h = detail::current_harness();
+    return test_hang_children() && h->test_child_limit_s_ > 0 ? h->test_child_limit_s_ : own_s;
 }
 
 }  // namespace spindle::bench

@@ -18,6 +18,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdarg>
 #include <cstddef>
 #include <cstdio>
@@ -29,6 +30,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -137,18 +139,27 @@ double threads_run(unsigned threads, int n, Body& body) {
 // registry is never torn down, and the parent never touches Boost.Fiber.
 // The harness's watchdog knows the child (watch_child) and kills it if the
 // measurement hangs; a child that outlives child_timeout_s (SIGALRM) makes
-// the measurement hung.
+// the measurement hung. The child also dies with the thread that forked it
+// (PR_SET_PDEATHSIG): a program killed whole leaves no child behind.
 template <class Fn>
 std::vector<double> in_child(const char* what, Fn fn) {
     int fds[2];
     if (pipe(fds) != 0) fail("%s: pipe: %s", what, std::strerror(errno));
+    // Decided here, read in the child: both are the harness's, test only.
+    const bool hang = test_hang_children();
+    const double limit_s = child_limit_s(child_timeout_s);
+    const pid_t parent = getpid();
     std::fflush(nullptr);
     pid_t pid = fork();
     if (pid < 0) fail("%s: fork: %s", what, std::strerror(errno));
     if (pid > 0) watch_child(pid);
     if (pid == 0) {
         close(fds[0]);
-        alarm(child_timeout_s);
+        prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent) _exit(3);  // the parent ended before the prctl
+        alarm(static_cast<unsigned>(std::ceil(limit_s)));
+        if (hang)
+            for (;;) pause();  // --test-hang-child
         std::vector<double> v = fn();
         const char* p = reinterpret_cast<const char*>(v.data());
         std::size_t left = v.size() * sizeof(double);
@@ -173,12 +184,11 @@ std::vector<double> in_child(const char* what, Fn fn) {
     }
     close(fds[0]);
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) fail("%s: waitpid: %s", what, std::strerror(errno));
-    forget_child(pid);
+    if (!reap_child(pid, status)) fail("%s: waitpid: %s", what, std::strerror(errno));
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) after_child_killed();  // the watchdog's kill?
     if (WIFSIGNALED(status) && WTERMSIG(status) == SIGALRM)
-        measurement_hung(std::string(what) + ": its child process did not finish within " +
-                         std::to_string(child_timeout_s) + " s");
+        measurement_hung(std::string(what) + ": its child process did not finish within " + param::number(limit_s) +
+                         " s");
     if (WIFSIGNALED(status)) fail("%s: child killed by signal %d", what, WTERMSIG(status));
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
         fail("%s: child failed with status %d", what, WEXITSTATUS(status));

@@ -42,7 +42,9 @@
 // from another. `--probe` prints only `mutex_from=FILE lock=NAME` after one
 // pthread_mutex_lock, without a database.
 // Exit status: 0 on success, 1 on a LevelDB error or a missing key, 2 on a
-// usage error.
+// usage error. With SPINDLE_BENCH_TEST_HANG in its environment (the
+// harness's --test-hang-child, test only) it blocks forever instead, as a
+// lock that never returns would leave it.
 
 #include <leveldb/cache.h>
 #include <leveldb/db.h>
@@ -281,6 +283,8 @@ options parse(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
+    if (std::getenv("SPINDLE_BENCH_TEST_HANG") != nullptr)
+        for (;;) pause();
     options o = parse(argc, argv);
     if (o.probe) {
         probe();

@@ -80,6 +80,9 @@
 //                   reader's CPU time, see leveldb_measure). T in {1, 2} (quick) or {1, 2, 4,
 //                   8} (full; --leveldb-threads LIST). Skipped with a message
 //                   when the preload library or the driver is not built.
+//                   The database is filled once per run, in a directory
+//                   beside --out (harness::make_scratch_dir: removed at the
+//                   end and before a restart after a hang).
 //   preload_spin    pthread_spin_lock/unlock of a plain program (this one,
 //                   run as a child: --spin-child), T threads on one
 //                   spinlock, each loop { lock; one shared line + 1; unlock },
@@ -796,6 +799,8 @@ child_output run_driver(const std::string& driver, const std::vector<std::string
         env_store.push_back("LD_PRELOAD=" + preload);
         env_store.push_back("SPINDLE_LOCK=" + lock);
     }
+    if (spindle::bench::test_hang_children()) env_store.push_back("SPINDLE_BENCH_TEST_HANG=1");
+    limit_s = spindle::bench::child_limit_s(limit_s);
     std::vector<char*> envp;
     for (auto& e : env_store) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -829,8 +834,8 @@ child_output run_driver(const std::string& driver, const std::vector<std::string
         const double left_ms = (deadline - now_ns()) / 1e6;
         if (left_ms <= 0) {
             kill(pid, SIGKILL);
-            waitpid(pid, nullptr, 0);
-            spindle::bench::forget_child(pid);
+            int ignored = 0;
+            (void)spindle::bench::reap_child(pid, ignored);
             char why[512];
             std::snprintf(why, sizeof why, "leveldb: %s %s did not finish within %.0f s (%s)", driver.c_str(),
                           args.empty() ? "" : args.front().c_str(), limit_s,
@@ -855,9 +860,8 @@ child_output run_driver(const std::string& driver, const std::vector<std::string
         }
     }
     int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR) fail("leveldb: waitpid: %s", std::strerror(errno));
-    spindle::bench::forget_child(pid);
+    if (!spindle::bench::reap_child(pid, status)) fail("leveldb: waitpid: %s", std::strerror(errno));
+    if (WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) spindle::bench::after_child_killed();  // the watchdog's?
     r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     return r;
 }
@@ -962,10 +966,11 @@ void bench_leveldb(harness& h, const run_options& o) {
         std::fprintf(stderr, "locks/leveldb: SPINDLE_LOCK values: %s\n", list.c_str());
     }
 
-    std::string tmpl = (std::filesystem::temp_directory_path() / "spindle-bench-leveldb-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) fail("leveldb: mkdtemp %s: %s", tmpl.c_str(), std::strerror(errno));
-    g_tmp_dir = tmpl;
-    const std::string db = tmpl + "/db";
+    // Beside --out, where tools/bench.py removes it whatever happens to this
+    // program; the harness removes it before a restart.
+    g_tmp_dir = h.make_scratch_dir("leveldb");
+    if (g_tmp_dir.empty()) fail("leveldb: cannot make a directory for the database: %s", std::strerror(errno));
+    const std::string db = g_tmp_dir + "/db";
     const unsigned entries = h.quick() ? 100'000 : 1'000'000;
     const double t_fill = now_ns();
     driver_ok(run_driver(driver, {"--db", db, "--fill", "--entries", std::to_string(entries)}, "", "", 600),
@@ -1010,7 +1015,8 @@ void bench_leveldb(harness& h, const run_options& o) {
             std::fprintf(stderr, "    CPU time the readers got: %.0f%% of %u CPU(s) (median; lowest %.0f%%)\n",
                          100 * harness::summarize("", shares).median, std::min(t, g_cpus), 100 * shares.front());
     }
-    remove_tmp_dir();
+    h.remove_scratch_dir(g_tmp_dir);
+    g_tmp_dir.clear();
 }
 
 // ---------------------------------------------------------------------------
@@ -1244,6 +1250,8 @@ run_options take_own_args(int& argc, char** argv) {
 extern "C" const char* spindle_preload_lock_name() __attribute__((weak));
 
 int spin_child(int argc, char** argv) {
+    if (std::getenv("SPINDLE_BENCH_TEST_HANG") != nullptr)  // the harness's --test-hang-child
+        for (;;) pause();
     Dl_info info{};
     void* fn = dlsym(RTLD_DEFAULT, "pthread_spin_lock");
     const char* from = fn != nullptr && dladdr(fn, &info) != 0 && info.dli_fname != nullptr ? info.dli_fname : "?";
@@ -1311,7 +1319,7 @@ int main(int argc, char** argv) {
     run_options o = take_own_args(argc, argv);
     harness h(argc, argv, "locks");
     g_cpus = std::max(1u, std::thread::hardware_concurrency());
-    g_spin_ns = spindle::bench::calibrate_spin("locks");
+    g_spin_ns = spindle::bench::calibrate_spin(h, "locks");
     results res;
     if (h.wants("mutexbench")) bench_mutex(h, o, res, "mutexbench");
     if (h.wants("oversubscribed")) bench_mutex(h, o, res, "oversubscribed");
