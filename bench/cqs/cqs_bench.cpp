@@ -96,18 +96,32 @@
 //              primitive's time has passed: 5 s for the semaphore (its
 //              libstdc++ twin has a known lost wake-up, rare enough to need
 //              the rounds), 2 s each for the latch and the barrier (--full:
-//              1 000 000 rounds; 30 s, 10 s, 10 s). Every
+//              1 000 000 rounds; 30 s, 10 s, 10 s; no cycle after the
+//              first starts past --time-budget: each variant gets at least
+//              one batch unless a round hangs past that time). Every
 //              round runs in a forked child (one child runs rounds until one
 //              hangs; the next goes on from the round after it: a hung
 //              thread cannot be cancelled, its process can be killed). A
 //              round hangs when it makes no progress (no call entered or
 //              returned) for its budget (2 s), or, on threads, for 300 ms
 //              while its state shows a lost wake-up: every actor still in
-//              the round sleeps (/proc says so) inside the primitive, and
-//              the primitive says it should have returned -- a free permit
-//              and nobody holding one, an open latch, a phase every party
-//              has arrived at. Records: metric rounds_finished, reps = the
-//              rounds attempted, "hung_rounds", and the reasons in the note.
+//              the round is asleep inside the primitive (a thread: /proc
+//              says it sleeps; a fiber: the worker it entered its call on
+//              sleeps, or has run since the stall began), and the
+//              primitive says it should have returned -- a free permit and
+//              nobody holding one, an open latch, a phase the barrier has
+//              completed (its completion function counts them). The time
+//              without progress is the time the child's supervisor saw
+//              pass: a look that comes late (the child was off the CPU)
+//              adds 50 ms at most. The child shows its parent, in shared
+//              memory, which batch and round it is in and that its
+//              supervisor looks; one that neither reports nor changes for
+//              the round's budget plus 10 s is killed, the rounds it had
+//              finished counted and the open one counted hung. Records:
+//              metric rounds_finished, reps = the rounds attempted,
+//              "hung_rounds", and the reasons in the note; a variant that
+//              got no round (the time went on hung rounds first) has a
+//              "skipped" record.
 //   pool       T actors each run: { work; e = take(); work; put(e) } (§6.4:
 //              "the same benchmark as for semaphores", with elements), on a
 //              pool of N elements (param pool_size), the indices 0 .. N-1.
@@ -192,6 +206,9 @@
 //   --hf-round-ms MS   hang_freedom: a round's budget
 //   --hf-test-stall V:R  test only: in round R of each of its batches, one
 //                      actor of variant V blocks forever outside the primitive
+//   --hf-test-lose V:R   test only: ... one actor's first call of the round
+//                      sleeps for good where it would wait (a lost wake-up)
+//   --hf-test-freeze V:R test only: ... the child process stops (SIGSTOP)
 // Quick defaults: barrier P in {2, 4, 8}, work 200 ns; latch T in {1, 2, 4},
 // C = 64; semaphore K in {1, 4, 16} x T in {1, 2, 4, 8}; pool N in {1, 4,
 // 16} x T in {1, 2, 4, 8}; abort Q in {0, 10, 100, 1000, 10000, 100000}, 11
@@ -223,6 +240,7 @@
 #include <boost/fiber/operations.hpp>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <barrier>
 #include <cerrno>
@@ -240,6 +258,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <semaphore>
 #include <stop_token>
@@ -251,6 +270,8 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -295,6 +316,8 @@ struct run_options {
     double hf_seconds = 0;          // hang_freedom: time per primitive; 0: the mode's default
     double hf_round_ms = 0;         // hang_freedom: a round's budget; 0: the default
     std::string hf_test_stall;      // hang_freedom, test only: "VARIANT:ROUND"
+    std::string hf_test_lose;       // ... the same
+    std::string hf_test_freeze;     // ... the same
 };
 
 spindle::bench::variant_filter g_variants;  // --variants
@@ -1261,6 +1284,18 @@ constexpr double hf_sem_cs_ns = 500;    // semaphore: work while holding the per
 constexpr long hf_batch_rounds = 500;   // rounds of one variant in a row (one harness-like "measurement")
 constexpr double hf_stall_ms = 300;     // no progress this long, and the state shows a lost wake-up: hung
 constexpr double hf_poll_ms = 2;        // the supervisor's look at the actors
+// A look that comes late (its process was off the CPU, on a loaded
+// machine) adds at most this to the time without progress: what counts is
+// time the watcher saw pass, not time nobody ran.
+constexpr double hf_late_credit_ms = 50;
+constexpr double hf_parent_poll_ms = 100;      // the parent's look at a child
+constexpr double hf_silent_margin_ms = 10000;  // a child silent and still this much past the round's budget: killed
+
+// The calling thread's id, cached (gettid is a system call).
+__attribute__((noinline)) pid_t hf_tid() {
+    thread_local const pid_t tid = gettid();
+    return tid;
+}
 
 // One actor's state, on a cache line of its own; the actor writes it
 // (relaxed: the supervisor reads it only after it has stopped changing for
@@ -1271,22 +1306,56 @@ struct alignas(spindle::arch::cache_line) hf_actor {
     std::atomic<long> rounds_done{0};  // the batch's rounds it has finished
     std::atomic<long> round{-1};       // the round it is in
     std::atomic<int> holds{0};         // semaphore: 1 while it holds the permit
-    std::atomic<pid_t> tid{0};         // its OS thread (thread variants)
+    std::atomic<pid_t> tid{0};         // the OS thread it entered its last call on (a fiber: its worker)
+    bool on_fiber = false;
+
+    // Before blocking call number e.
+    void enter(long e) {
+        tid.store(hf_tid(), std::memory_order_relaxed);
+        entered.store(e, std::memory_order_relaxed);
+    }
 };
 
-// The scheduling state of thread `tid` of this process, as /proc has it:
-// 'S' sleeping (a futex wait), 'R' running or runnable, ...; '?' unknown.
-char hf_thread_state(pid_t tid) {
+// --hf-test-lose: the caller sleeps for good, as in a call whose wake-up
+// was lost: a fiber parks (on a latch nobody opens), a thread blocks.
+[[noreturn]] void hf_sleep_forever(bool on_fiber) {
+    if (on_fiber) {
+        spindle::latch never(1);
+        never.wait();
+    } else {
+        std::mutex m;
+        std::condition_variable cv;
+        std::unique_lock<std::mutex> lk(m);
+        cv.wait(lk, [] { return false; });
+    }
+    std::abort();
+}
+
+// Thread `tid` of this process as /proc has it: its scheduling state ('S'
+// sleeping, e.g. in a futex wait; 'R' running or runnable; '?' unknown) and
+// the CPU time it has had, in clock ticks.
+struct hf_thread_stat {
+    char state = '?';
+    unsigned long cpu_ticks = 0;
+};
+hf_thread_stat hf_stat_of(pid_t tid) {
+    hf_thread_stat st;
     char path[64];
     std::snprintf(path, sizeof path, "/proc/self/task/%d/stat", static_cast<int>(tid));
     std::FILE* f = std::fopen(path, "r");
-    if (f == nullptr) return '?';
+    if (f == nullptr) return st;
     char buf[512];
     const std::size_t n = std::fread(buf, 1, sizeof buf - 1, f);
     std::fclose(f);
     buf[n] = '\0';
     const char* p = std::strrchr(buf, ')');  // after "pid (comm)"
-    return p != nullptr && p[1] == ' ' && p[2] != '\0' ? p[2] : '?';
+    if (p == nullptr || p[1] != ' ' || p[2] == '\0') return st;
+    st.state = p[2];
+    // state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime
+    unsigned long utime = 0, stime = 0;
+    if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime, &stime) == 2)
+        st.cpu_ticks = utime + stime;
+    return st;
 }
 
 // The rounds of one batch of one variant: the primitive's objects, actor k's
@@ -1294,11 +1363,13 @@ char hf_thread_state(pid_t tid) {
 class hf_batch {
 public:
     virtual ~hf_batch() = default;
-    virtual void round(int k, long r, hf_actor& a) = 0;
+    // `lose` (--hf-test-lose): the actor's first call of the round loses
+    // its wake-up on purpose (hf_sleep_forever where the call would wait).
+    virtual void round(int k, long r, hf_actor& a, bool lose) = 0;
     // With every actor that has not finished round r inside the blocking
-    // call (and, on threads, asleep): whether the primitive's own state says
-    // it should have returned -- a lost wake-up; "" if not. May change the
-    // state (the child ends after a hang).
+    // call and asleep: whether the primitive's own state says it should
+    // have returned -- a lost wake-up; "" if not. May change the state (the
+    // child ends after a hang).
     virtual std::string lost_wakeup(std::vector<hf_actor>& actors, long r, int inside) = 0;
     // "acquire()", "wait()", "arrive_and_wait()".
     virtual const char* call() const = 0;
@@ -1310,10 +1381,11 @@ template <class Sem>
 class hf_sem_batch final : public hf_batch {
 public:
     hf_sem_batch() : iters_(static_cast<std::uint32_t>(hf_sem_cs_ns / g_spin_ns)) {}
-    void round(int, long, hf_actor& a) override {
+    void round(int, long, hf_actor& a, bool lose) override {
         long e = a.entered.load(std::memory_order_relaxed);
         for (int i = 0; i < hf_sem_ops; ++i) {
-            a.entered.store(++e, std::memory_order_relaxed);
+            a.enter(++e);
+            if (lose && i == 0) hf_sleep_forever(a.on_fiber);  // as if acquire() were never woken
             s_.acquire();
             a.returned.store(e, std::memory_order_relaxed);
             a.holds.store(1, std::memory_order_relaxed);
@@ -1346,10 +1418,15 @@ public:
     hf_latch_batch(long r0, long r1, int actors) : r0_(r0) {
         for (long r = r0; r < r1; ++r) latches_.push_back(std::make_unique<Latch>(actors));
     }
-    void round(int, long r, hf_actor& a) override {
+    void round(int, long r, hf_actor& a, bool lose) override {
         const long e = a.entered.load(std::memory_order_relaxed) + 1;
-        a.entered.store(e, std::memory_order_relaxed);
-        latches_[static_cast<std::size_t>(r - r0_)]->arrive_and_wait();
+        Latch& l = *latches_[static_cast<std::size_t>(r - r0_)];
+        a.enter(e);
+        if (lose) {  // counted, then as if wait() were never woken
+            l.count_down();
+            hf_sleep_forever(a.on_fiber);
+        }
+        l.arrive_and_wait();
         a.returned.store(e, std::memory_order_relaxed);
     }
     std::string lost_wakeup(std::vector<hf_actor>& actors, long r, int inside) override {
@@ -1366,40 +1443,56 @@ private:
     std::vector<std::unique_ptr<Latch>> latches_;
 };
 
+// The barriers' completion function: counts the phases the barrier itself
+// has completed (it runs once every party has arrived, before any is
+// released), which is what the supervisor trusts -- an actor's `entered`
+// is stored before its call, so it does not prove an arrival.
+struct hf_phase_count {
+    std::atomic<long>* completed;
+    // Relaxed: read by the supervisor (lost_wakeup) after the actors have
+    // been still for hf_stall_ms; a stale, smaller value can only make it
+    // miss a lost wake-up, never report one that was not.
+    void operator()() noexcept { completed->fetch_add(1, std::memory_order_relaxed); }
+};
+
 // Barrier: per round each actor arrive_and_wait()s hf_barrier_phases times.
-template <class Barrier>
+template <template <class> class Barrier>
 class hf_barrier_batch final : public hf_batch {
 public:
-    explicit hf_barrier_batch(int actors) : b_(actors) {}
-    void round(int, long, hf_actor& a) override {
+    explicit hf_barrier_batch(int actors) : b_(actors, hf_phase_count{&completed_}) {}
+    void round(int, long, hf_actor& a, bool lose) override {
         long e = a.entered.load(std::memory_order_relaxed);
         for (int i = 0; i < hf_barrier_phases; ++i) {
-            a.entered.store(++e, std::memory_order_relaxed);
+            a.enter(++e);
+            if (lose && i == 0) {  // arrived, then as if the wait were never woken
+                (void)b_.arrive();
+                hf_sleep_forever(a.on_fiber);
+            }
             b_.arrive_and_wait();
             a.returned.store(e, std::memory_order_relaxed);
         }
     }
     // An actor inside its phase q (the batch's q-th, from 1) waits for
-    // nothing once every actor has arrived at phase q.
+    // nothing once the barrier has completed q phases.
     std::string lost_wakeup(std::vector<hf_actor>& actors, long, int inside) override {
-        long arrived_by_all = std::numeric_limits<long>::max(), stuck_phase = 0;
+        const long completed = completed_.load(std::memory_order_relaxed);
         for (auto& a : actors) {
             const long e = a.entered.load(std::memory_order_relaxed);
-            arrived_by_all = std::min(arrived_by_all, e);
-            if (e == a.returned.load(std::memory_order_relaxed) + 1) stuck_phase = std::max(stuck_phase, e);
+            if (e != a.returned.load(std::memory_order_relaxed) + 1 || e > completed) continue;
+            char buf[200];
+            std::snprintf(buf, sizeof buf,
+                          "lost wake-up: the barrier had completed the phase while %d of %d parties slept in "
+                          "arrive_and_wait()",
+                          inside, static_cast<int>(actors.size()));
+            return buf;
         }
-        if (stuck_phase == 0 || arrived_by_all < stuck_phase) return "";
-        char buf[200];
-        std::snprintf(buf, sizeof buf,
-                      "lost wake-up: all %d parties had arrived at the phase while %d of them slept in "
-                      "arrive_and_wait()",
-                      static_cast<int>(actors.size()), inside);
-        return buf;
+        return "";
     }
     const char* call() const override { return "arrive_and_wait()"; }
 
 private:
-    Barrier b_;
+    std::atomic<long> completed_{0};  // before b_, which holds its address
+    Barrier<hf_phase_count> b_;
 };
 
 // The batches of rounds [r0, r1) of each primitive, for hf_variant::make.
@@ -1411,7 +1504,7 @@ template <class Latch>
 std::unique_ptr<hf_batch> hf_make_latch(long r0, long r1) {
     return std::make_unique<hf_latch_batch<Latch>>(r0, r1, hf_actors);
 }
-template <class Barrier>
+template <template <class> class Barrier>
 std::unique_ptr<hf_batch> hf_make_barrier(long, long) {
     return std::make_unique<hf_barrier_batch<Barrier>>(hf_actors);
 }
@@ -1435,13 +1528,36 @@ struct hf_msg {
 };
 constexpr std::int32_t hf_done = 0, hf_hung = 1, hf_out_of_time = 2;
 
+// What a child shows its parent while it runs, in memory they share (an
+// anonymous shared mapping, made before the fork): where it is, and that it
+// is alive. The parent reads it to tell a slow child from a stuck one, and
+// to count the rounds a child it had to kill had finished.
+// Orders: the parent's accesses are relaxed. Watching, it only compares
+// one look's values with the next for a change, and orders nothing by
+// them; counting, it reads them after it has reaped the child, and the
+// child's end orders all the child wrote before it. The parent's stores
+// before a fork are ordered by the fork. `open` is also the actors' gate in
+// the child: its release stores pair with the actors' acquire loads (see
+// hf_child); `step` and `beats` are the child's relaxed stores, read only
+// by the parent as above.
+struct hf_shared {
+    std::atomic<long> step{0};   // the step (batch) the child is in
+    std::atomic<long> open{0};   // that batch's gate: rounds < open - 1 are finished; 0 between batches
+    std::atomic<long> beats{0};  // the supervisor's looks at the actors
+};
+static_assert(std::atomic<long>::is_always_lock_free, "hf_shared is shared between processes");
+
 struct hf_plan {
     std::vector<hf_variant> variants;
-    long batches_per_variant;
-    double deadline_ns;   // no new cycle of batches after this
-    double round_ms;      // a round's budget
-    std::string test_stall_variant;  // test only
+    long batches_per_variant = 1;
+    double deadline_ns = 0;  // no cycle of batches but the first starts after this
+    double round_ms = 0;     // a round's budget
+    std::string test_stall_variant;  // test only (--hf-test-stall, --hf-test-lose, --hf-test-freeze)
     long test_stall_round = -1;
+    std::string test_lose_variant;
+    long test_lose_round = -1;
+    std::string test_freeze_variant;
+    long test_freeze_round = -1;
 };
 
 // Step s: batch s / V of variant order[(s % V + s / V) % V] -- one batch of
@@ -1454,15 +1570,19 @@ std::size_t hf_step_variant(const hf_plan& p, long step) {
 // In the child: runs the steps from `step` (from round `first` of its
 // batch) and reports each to `fd`; _exits after a hang, at the time budget
 // or at the end. Every round of a batch runs on the actors of the batch;
-// between rounds, a spinning gate (it cannot lose a wake-up): the last
-// actor to finish round r opens round r + 1.
-[[noreturn]] void hf_child(const hf_plan& p, long step, long first, int fd) {
+// between rounds, a spinning gate (it cannot lose a wake-up; it lives in
+// `sh`, where the parent sees it): the last actor to finish round r opens
+// round r + 1.
+[[noreturn]] void hf_child(const hf_plan& p, long step, long first, int fd, hf_shared& sh) {
     auto send = [fd](const hf_msg& m) {
         if (write(fd, &m, sizeof m) != static_cast<ssize_t>(sizeof m)) _exit(3);
     };
     const long steps = p.batches_per_variant * static_cast<long>(p.variants.size());
     for (; step < steps; ++step, first = 0) {
-        if (step % static_cast<long>(p.variants.size()) == 0 && first == 0 && now_ns() > p.deadline_ns) {
+        // The first cycle always starts: how soon a child gets to run on a
+        // loaded machine must not decide whether a variant has rounds.
+        if (step > 0 && step % static_cast<long>(p.variants.size()) == 0 && first == 0 &&
+            now_ns() > p.deadline_ns) {
             hf_msg m;
             m.step = static_cast<std::int32_t>(step);
             m.kind = hf_out_of_time;
@@ -1471,27 +1591,35 @@ std::size_t hf_step_variant(const hf_plan& p, long step) {
         }
         const hf_variant& v = p.variants[hf_step_variant(p, step)];
         const long r0 = first, r1 = hf_batch_rounds;
+        sh.open.store(0, std::memory_order_relaxed);  // relaxed: no actor runs yet; the parent: hf_shared
+        sh.step.store(step, std::memory_order_relaxed);
         std::unique_ptr<hf_batch> batch = v.make(r0, r1);
         std::vector<hf_actor> actors(hf_actors);
-        std::atomic<long> open{r0 + 1};  // round r may start once open > r
+        for (auto& a : actors) a.on_fiber = v.fibers;
+        std::atomic<long>& open = sh.open;  // round r may start once open > r
+        open.store(r0 + 1, std::memory_order_release);
         std::atomic<long> finished{0};   // actor-rounds finished in this child
         const bool stall_here = v.name == p.test_stall_variant;
+        const bool lose_here = v.name == p.test_lose_variant;
+        const bool freeze_here = v.name == p.test_freeze_variant;
         auto body = [&](int k) {
             hf_actor& a = actors[static_cast<std::size_t>(k)];
-            if (!v.fibers) a.tid.store(gettid(), std::memory_order_relaxed);
+            if (!v.fibers) a.tid.store(hf_tid(), std::memory_order_relaxed);
             for (long r = r0; r < r1; ++r) {
                 while (open.load(std::memory_order_acquire) <= r) {
                     if (v.fibers) spindle::this_fiber::yield();
                     else std::this_thread::yield();
                 }
                 a.round.store(r, std::memory_order_relaxed);
-                if (stall_here && k == 0 && r == p.test_stall_round) {  // --hf-test-stall: never returns
+                if (k == 0 && freeze_here && r == p.test_freeze_round)  // --hf-test-freeze: the child stops
+                    kill(getpid(), SIGSTOP);
+                if (k == 0 && stall_here && r == p.test_stall_round) {  // --hf-test-stall: never returns
                     std::mutex m;
                     std::condition_variable cv;
                     std::unique_lock<std::mutex> lk(m);
                     cv.wait(lk, [] { return false; });
                 }
-                batch->round(k, r, a);
+                batch->round(k, r, a, k == 0 && lose_here && r == p.test_lose_round);
                 a.rounds_done.store(r - r0 + 1, std::memory_order_relaxed);
                 if (finished.fetch_add(1, std::memory_order_acq_rel) + 1 == (r - r0 + 1) * hf_actors)
                     open.store(r + 2, std::memory_order_release);
@@ -1504,7 +1632,10 @@ std::size_t hf_step_variant(const hf_plan& p, long step) {
             else threads_run(hf_actors, hf_actors, body);
             batch_over.store(true, std::memory_order_release);
         });
-        // Supervise: progress is any change of the actors' counters.
+        // Supervise: progress is any change of the actors' counters. The
+        // time without it counts what this thread saw pass: a look that
+        // comes late adds hf_late_credit_ms at most, so a child that was off
+        // the CPU as a whole is not judged on the time nobody ran.
         auto progress = [&] {
             long sum = open.load(std::memory_order_relaxed);
             for (auto& a : actors)
@@ -1513,44 +1644,59 @@ std::size_t hf_step_variant(const hf_plan& p, long step) {
             return sum;
         };
         long last = progress();
-        double since = now_ns();
+        double stalled_ns = 0, last_look = now_ns();
+        std::vector<unsigned long> cpu_at_stall(hf_actors, 0);  // each actor's thread's CPU time then
         while (!batch_over.load(std::memory_order_acquire)) {
             std::this_thread::sleep_for(std::chrono::microseconds(static_cast<long>(hf_poll_ms * 1000)));
+            sh.beats.fetch_add(1, std::memory_order_relaxed);  // relaxed: a sign of life (hf_shared)
+            const double t = now_ns();
+            const double gap = t - last_look;
+            last_look = t;
             const long now_progress = progress();
             if (now_progress != last) {
                 last = now_progress;
-                since = now_ns();
+                stalled_ns = 0;
                 continue;
             }
+            if (stalled_ns == 0)
+                for (std::size_t k = 0; k < actors.size(); ++k)
+                    cpu_at_stall[k] = hf_stat_of(actors[k].tid.load(std::memory_order_relaxed)).cpu_ticks;
+            stalled_ns += std::min(gap, hf_late_credit_ms * 1e6);
             // Threads are looked at after hf_stall_ms: /proc shows whether
             // they sleep. Fibers only after the round's budget: a fiber
             // woken but waiting for a worker that another process has
             // taken off its CPU looks, from here, like one asleep.
-            const double stalled_ms = (now_ns() - since) / 1e6;
+            const double stalled_ms = stalled_ns / 1e6;
             if (stalled_ms < (v.fibers ? p.round_ms : hf_stall_ms)) continue;
             // Stalled: the round that is open and not finished.
             const long r = open.load(std::memory_order_acquire) - 1;
             int inside = 0, asleep = 0, unfinished = 0;
-            for (auto& a : actors) {
+            for (std::size_t k = 0; k < actors.size(); ++k) {
+                hf_actor& a = actors[k];
                 if (a.rounds_done.load(std::memory_order_relaxed) > r - r0) continue;
                 ++unfinished;
                 if (a.entered.load(std::memory_order_relaxed) != a.returned.load(std::memory_order_relaxed) + 1)
                     continue;
                 ++inside;
-                if (!v.fibers && hf_thread_state(a.tid.load(std::memory_order_relaxed)) == 'S') ++asleep;
+                // Asleep: a thread sleeping in the kernel. A fiber is parked
+                // when the worker it entered on sleeps, or has run since the
+                // stall began (it would have run this fiber, were it still
+                // there and runnable); a worker that is runnable and has not
+                // run may hold the fiber short of its call.
+                const hf_thread_stat st = hf_stat_of(a.tid.load(std::memory_order_relaxed));
+                if (st.state == 'S' || (v.fibers && st.cpu_ticks > cpu_at_stall[k])) ++asleep;
             }
             std::string why;
             // A lost wake-up only where every actor still in the round
-            // waits in the primitive (and, on threads, sleeps): then nobody
-            // is left to wake them.
-            if (unfinished > 0 && inside == unfinished && (v.fibers || asleep == inside))
-                why = batch->lost_wakeup(actors, r, inside);
+            // waits in the primitive asleep: then nobody is left to wake
+            // them.
+            if (unfinished > 0 && inside == unfinished && asleep == inside) why = batch->lost_wakeup(actors, r, inside);
             if (why.empty() && stalled_ms < p.round_ms) continue;
             if (why.empty()) {
                 char buf[200];
                 std::snprintf(buf, sizeof buf, "no progress within the round's budget: %d of %d actors had not "
-                              "finished the round, %d of them inside %s%s", unfinished, hf_actors, inside,
-                              batch->call(), v.fibers ? "" : (", " + std::to_string(asleep) + " asleep").c_str());
+                              "finished the round, %d of them inside %s, %d asleep", unfinished, hf_actors, inside,
+                              batch->call(), asleep);
                 why = buf;
             }
             hf_msg m;
@@ -1582,49 +1728,34 @@ std::vector<hf_tally> hf_run(const hf_plan& p) {
     std::vector<hf_tally> tally(p.variants.size());
     const long steps = p.batches_per_variant * static_cast<long>(p.variants.size());
     long step = 0, first = 0;
-    // A child that says nothing for this long (its supervisor is stuck: not
-    // the actors) is killed, and its batch counted hung from where it was.
-    const double silent_ms = p.round_ms + 10000;
-    while (step < steps) {
+    // A child whose supervisor is stuck (not its actors: the supervisor
+    // reports those) shows no change in `sh` -- no look, no round -- for
+    // this long: it is killed, and the rounds it had finished are counted.
+    const double silent_ms = p.round_ms + hf_silent_margin_ms;
+    void* mem = mmap(nullptr, sizeof(hf_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem == MAP_FAILED) fail("hang_freedom: mmap: %s", std::strerror(errno));
+    hf_shared& sh = *new (mem) hf_shared;
+    bool stop = false;
+    while (step < steps && !stop) {
         int fds[2];
         if (pipe(fds) != 0) fail("hang_freedom: pipe: %s", std::strerror(errno));
+        sh.step.store(step, std::memory_order_relaxed);  // relaxed: the fork orders them for the child
+        sh.open.store(0, std::memory_order_relaxed);
+        const pid_t parent = getpid();
         std::fflush(nullptr);
         const pid_t pid = fork();
         if (pid < 0) fail("hang_freedom: fork: %s", std::strerror(errno));
         if (pid == 0) {
             close(fds[0]);
-            hf_child(p, step, first, fds[1]);
+            prctl(PR_SET_PDEATHSIG, SIGKILL);  // a program killed whole leaves no child behind
+            if (getppid() != parent) _exit(3);
+            hf_child(p, step, first, fds[1], sh);
         }
         spindle::bench::watch_child(pid);
         close(fds[1]);
-        bool restart = false, stop = false;
-        while (!restart && !stop) {
-            pollfd pfd{fds[0], POLLIN, 0};
-            const int k = poll(&pfd, 1, static_cast<int>(silent_ms));
-            if (k < 0 && errno == EINTR) continue;
-            hf_msg m;
-            const ssize_t n = k > 0 ? read(fds[0], &m, sizeof m) : -1;
-            if (k == 0) {  // silent: count the rest of its batch as one hung round
-                kill(pid, SIGKILL);
-                hf_tally& t = tally[hf_step_variant(p, step)];
-                ++t.attempted;
-                ++t.hung;
-                ++t.reasons["the child running the round stopped reporting (killed)"];
-                ++step;
-                first = 0;
-                restart = true;
-                break;
-            }
-            if (n != static_cast<ssize_t>(sizeof m)) {  // the child ended without a word
-                stop = step >= steps;
-                if (!stop) {
-                    int status = 0;
-                    waitpid(pid, &status, 0);
-                    spindle::bench::forget_child(pid);
-                    fail("hang_freedom: a child ended unexpectedly (status %d) at step %ld", status, step);
-                }
-                break;
-            }
+        bool restart = false, reaped = false;
+        // A message from the child: account for it.
+        auto take = [&](const hf_msg& m) {
             hf_tally& t = tally[hf_step_variant(p, m.step)];
             if (m.kind == hf_out_of_time) {
                 stop = true;
@@ -1649,15 +1780,91 @@ std::vector<hf_tally> hf_run(const hf_plan& p) {
                 // A budget spent on hangs ends the run here, not at the cycle's end.
                 if (now_ns() > p.deadline_ns) stop = true;
             }
+        };
+        auto read_msg = [&](hf_msg& m) {
+            ssize_t n;
+            while ((n = read(fds[0], &m, sizeof m)) < 0 && errno == EINTR) {
+            }
+            return n == static_cast<ssize_t>(sizeof m);
+        };
+        auto looks = [&] {
+            return std::array<long, 3>{sh.step.load(std::memory_order_relaxed), sh.open.load(std::memory_order_relaxed),
+                                       sh.beats.load(std::memory_order_relaxed)};
+        };
+        std::array<long, 3> last = looks();
+        double silent_ns = 0, last_look = now_ns();
+        while (!restart && !stop) {
+            pollfd pfd{fds[0], POLLIN, 0};
+            const int k = poll(&pfd, 1, static_cast<int>(hf_parent_poll_ms));
+            if (k < 0 && errno != EINTR) fail("hang_freedom: poll: %s", std::strerror(errno));
+            if (k < 0) continue;
+            if (k > 0) {
+                hf_msg m;
+                if (!read_msg(m)) {  // the child ended without a word
+                    stop = step >= steps;
+                    if (!stop) {
+                        int status = 0;
+                        reaped = spindle::bench::reap_child(pid, status);
+                        fail("hang_freedom: a child ended unexpectedly (status %d) at step %ld", status, step);
+                    }
+                    break;
+                }
+                take(m);
+                last = looks();
+                silent_ns = 0;
+                continue;
+            }
+            // No word: has it moved since the last look? (A late look adds
+            // twice the poll at most, as in the child.)
+            const double t = now_ns();
+            const double gap = t - last_look;
+            last_look = t;
+            if (const std::array<long, 3> now = looks(); now != last) {
+                last = now;
+                silent_ns = 0;
+                continue;
+            }
+            silent_ns += std::min(gap, 2 * hf_parent_poll_ms * 1e6);
+            if (silent_ns < silent_ms * 1e6) continue;
+            // Silent and still: kill it. A word it sent at the last moment
+            // is taken as usual; otherwise its batch is counted from `sh`
+            // (stable now): the rounds before the open one finished, the
+            // open one hung.
+            kill(pid, SIGKILL);
+            int status = 0;
+            reaped = spindle::bench::reap_child(pid, status);
+            hf_msg m;
+            if (read_msg(m)) {
+                take(m);
+            } else {
+                const long s_open = sh.open.load(std::memory_order_relaxed);
+                const long open = sh.step.load(std::memory_order_relaxed) == step && s_open > first ? s_open : first + 1;
+                hf_tally& tl = tally[hf_step_variant(p, step)];
+                tl.attempted += open - first;
+                tl.finished += open - 1 - first;
+                ++tl.hung;
+                char why[160];
+                std::snprintf(why, sizeof why,
+                              "its child process made no progress and sent no word for %.0f s (killed)",
+                              silent_ms / 1000);
+                ++tl.reasons[why];
+                first = open;
+                if (first >= hf_batch_rounds) {
+                    ++step;
+                    first = 0;
+                }
+                if (now_ns() > p.deadline_ns) stop = true;
+            }
+            restart = true;
         }
         close(fds[0]);
-        kill(pid, SIGKILL);  // a hung child's actors, or a finished child: either way
-        int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        if (!reaped) {
+            kill(pid, SIGKILL);  // a hung child's actors, or a finished child: either way
+            int status = 0;
+            (void)spindle::bench::reap_child(pid, status);
         }
-        spindle::bench::forget_child(pid);
-        if (stop) break;
     }
+    munmap(mem, sizeof(hf_shared));
     return tally;
 }
 
@@ -1668,14 +1875,17 @@ void bench_hang_freedom(harness& h, const run_options& o) {
         return o.hf_seconds > 0 ? o.hf_seconds : h.quick() ? quick : full;
     };
     const double round_ms = o.hf_round_ms > 0 ? o.hf_round_ms : 2000;
-    std::string stall_variant;
-    long stall_round = -1;
-    if (!o.hf_test_stall.empty()) {
-        const std::size_t colon = o.hf_test_stall.rfind(':');
-        if (colon == std::string::npos) fail("--hf-test-stall wants VARIANT:ROUND");
-        stall_variant = o.hf_test_stall.substr(0, colon);
-        stall_round = std::atol(o.hf_test_stall.c_str() + colon + 1);
-    }
+    auto test_spec = [](const std::string& spec, const char* option, std::string& variant, long& round) {
+        if (spec.empty()) return;
+        const std::size_t colon = spec.rfind(':');
+        if (colon == std::string::npos) fail("%s wants VARIANT:ROUND", option);
+        variant = spec.substr(0, colon);
+        round = std::atol(spec.c_str() + colon + 1);
+    };
+    hf_plan test;  // the test-only fields
+    test_spec(o.hf_test_stall, "--hf-test-stall", test.test_stall_variant, test.test_stall_round);
+    test_spec(o.hf_test_lose, "--hf-test-lose", test.test_lose_variant, test.test_lose_round);
+    test_spec(o.hf_test_freeze, "--hf-test-freeze", test.test_freeze_variant, test.test_freeze_round);
     const unsigned workers = std::max(1u, std::min(static_cast<unsigned>(hf_actors), g_cpus));
     const std::string on_fibers = "one fiber per actor on " + std::to_string(workers) + " spindle workers";
     const std::string on_threads = "one OS thread per actor";
@@ -1704,27 +1914,40 @@ void bench_hang_freedom(harness& h, const run_options& o) {
                      nullptr, seconds_for(2, 10)});
     prims.push_back({"barrier",
                      {{"primitive", "barrier"}, {"actors", hf_actors}, {"phases_per_round", hf_barrier_phases}},
-                     {{"spindle_fiber", true, hf_make_barrier<spindle::barrier<>>, "spindle::barrier; " + on_fibers},
-                      {"spindle_thread", false, hf_make_barrier<spindle::barrier<>>, "spindle::barrier; " + on_threads},
-                      {"std_barrier", false, hf_make_barrier<std::barrier<>>,
+                     {{"spindle_fiber", true, hf_make_barrier<spindle::barrier>, "spindle::barrier; " + on_fibers},
+                      {"spindle_thread", false, hf_make_barrier<spindle::barrier>, "spindle::barrier; " + on_threads},
+                      {"std_barrier", false, hf_make_barrier<std::barrier>,
                        "std::barrier (libstdc++); " + on_threads}},
                      nullptr, seconds_for(2, 10)});
+    const metric rounds_metric{"rounds_finished", true};
     for (primitive& prim : prims) {
-        hf_plan plan;
+        hf_plan plan = test;
         for (auto& v : prim.variants)
             if (variant_wanted(v.name)) plan.variants.push_back(v);
         if (plan.variants.empty()) continue;
+        if (h.over_time_budget()) {  // --time-budget: none of its rounds
+            for (const hf_variant& v : plan.variants)
+                h.report_status("hang_freedom", prim.ps, rounds_metric, v.name, "skipped", h.budget_reason(), v.what);
+            continue;
+        }
         plan.batches_per_variant = std::max(1L, (max_rounds + hf_batch_rounds - 1) / hf_batch_rounds);
-        plan.deadline_ns = now_ns() + prim.seconds * 1e9;
+        plan.deadline_ns = std::min(now_ns() + prim.seconds * 1e9, h.time_budget_end_ns());
         plan.round_ms = round_ms;
-        plan.test_stall_variant = stall_variant;
-        plan.test_stall_round = stall_round;
         const double t0 = now_ns();
         const std::vector<hf_tally> tally = hf_run(plan);
         std::fprintf(stderr, "  (hang_freedom: %s in %.1f s)\n", prim.name, (now_ns() - t0) / 1e9);
         for (std::size_t i = 0; i < plan.variants.size(); ++i) {
             const hf_variant& v = plan.variants[i];
             const hf_tally& t = tally[i];
+            if (t.attempted == 0) {  // the time ran out (on hung rounds) before its turn
+                h.report_status("hang_freedom", prim.ps, rounds_metric, v.name, "skipped",
+                                now_ns() > h.time_budget_end_ns()
+                                    ? h.budget_reason()
+                                    : "not run: the " + std::string(prim.name) + "'s " + spindle::bench::param::number(prim.seconds) +
+                                          " s were spent before its first round",
+                                v.what);
+                continue;
+            }
             std::string note = v.what;
             bool lost = false;
             for (const auto& [why, count] : t.reasons) {
@@ -1755,7 +1978,8 @@ run_options take_own_args(int& argc, char** argv) {
         "spindle_bench_cqs also takes: [--threads 1,2,4,...] (alias --workers, or "
         "SPINDLE_BENCH_WORKERS) [--max-workers N] [--work-ns 100,1000] [--permits 1,4,16] "
         "[--queued 0,100,10000] [--pool-sizes 1,4,16] [--variants spindle_fiber,std_barrier,...] "
-        "[--hf-rounds N] [--hf-seconds S] [--hf-round-ms MS] [--hf-test-stall VARIANT:ROUND]",
+        "[--hf-rounds N] [--hf-seconds S] [--hf-round-ms MS] [--hf-test-stall VARIANT:ROUND] "
+        "[--hf-test-lose VARIANT:ROUND] [--hf-test-freeze VARIANT:ROUND]",
         fail,
         {
             {"--threads", [&](const std::string& v) { o.actors = parse_list(v, "thread count", 1); }},
@@ -1776,6 +2000,8 @@ run_options take_own_args(int& argc, char** argv) {
             {"--hf-seconds", [&](const std::string& v) { o.hf_seconds = parse_list(v, "seconds", 1).front(); }},
             {"--hf-round-ms", [&](const std::string& v) { o.hf_round_ms = parse_list(v, "round budget", 10).front(); }},
             {"--hf-test-stall", [&](const std::string& v) { o.hf_test_stall = v; }},
+            {"--hf-test-lose", [&](const std::string& v) { o.hf_test_lose = v; }},
+            {"--hf-test-freeze", [&](const std::string& v) { o.hf_test_freeze = v; }},
         });
     return o;
 }
