@@ -31,10 +31,15 @@ What it does
    has a time budget (SUITE_BUDGET_S in quick mode, FULL_SUITE_BUDGET_S with
    --full, or --suite-budget). The program gets SOFT_BUDGET_FRACTION of it as
    --time-budget (past it, the harness records what is left as "skipped"
-   instead of running it); at the budget itself the program's process group
-   is killed (a hang outside a measurement, which the harness does not
-   watch), its records so far are kept, the suite is marked "timed out" and
-   the next suite runs.
+   instead of running it) and the whole as --hard-budget (the harness
+   watches no measurement past it, less a margin for its restart); at the
+   budget itself the program's process group is killed (a hang outside a
+   measurement, which the harness does not watch: SIGTERM, SIGKILL
+   KILL_GRACE_S later, and a program still there REAP_WAIT_S after that is
+   left behind), its records so far are kept, the suite is marked "timed
+   out" and the next suite runs. Whatever is left of the group when the
+   program ends is killed too. SIGTERM or SIGHUP to this tool kills the
+   running program's group the same way and exits with no report.
 2. Writes ``<out>/results.json`` (every record, a JSON array) and
    ``<out>/machine.json`` (CPU, kernel, date, git commit, the build's
    ``build_info.json`` under "build", and under "run" the command line and
@@ -49,7 +54,8 @@ What it does
    parameter; ratios against the group's reference variant.
 4. Writes ``<out>/<suite>_<workload>.png`` plots (matplotlib, Agg backend;
    ``<suite>_<workload>_<metric>.png`` when a workload reports several
-   metrics), linked from report.md.  Old PNGs in <out> are not deleted.
+   metrics), linked from report.md; none is started PLOT_BUDGET_S after the
+   first.  Old PNGs in <out> are not deleted.
 5. ``--compare OLD/results.json`` adds a section with each record's median
    change against an older run.
 6. ``--report-only`` runs nothing and rebuilds report.md and the plots from
@@ -57,7 +63,8 @@ What it does
 
 Exit status: 0 on success; 1 when a suite program failed or a record was
 malformed (the report is still written from what was gathered); 2 on a usage
-error (missing program, missing results.json, ...).
+error (missing program, missing results.json, ...); 128 + N when stopped by
+signal N (SIGINT, SIGTERM, SIGHUP).
 
 Records
 -------
@@ -124,6 +131,7 @@ import math
 import os
 import platform
 import re
+import select
 import shlex
 import signal
 import subprocess
@@ -152,8 +160,14 @@ FULL_SUITE_BUDGET_S = 4 * 3600  # each suite of --full: a bound, not an estimate
 # records what it skips before it is killed.
 SOFT_BUDGET_FRACTION = 0.85
 # After the budget: SIGTERM to the program's process group, and SIGKILL this
-# much later if it is still there.
+# much later if it is still there; a program that has not ended this much
+# after the SIGKILL (stuck in the kernel) is left behind.
 KILL_GRACE_S = 5
+REAP_WAIT_S = 5
+# The plots: none is started past this many seconds after the first (the
+# report then links only those drawn), so that drawing them cannot hold
+# the run up for long on a slow machine.
+PLOT_BUDGET_S = 40
 
 # A workload is shown as a sweep (wide table + line plot) only when each panel
 # has at least this many values of the swept parameter; below that, per-group
@@ -297,21 +311,28 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-finite number {name}")
 
 
-def load_jsonl(path: Path) -> tuple[list[dict], list[str]]:
+def load_jsonl(path: Path, cut_short: bool = False) -> tuple[list[dict], list[str]]:
     """Read one record per line; return (records, "file:line: why" errors).
 
     Blank lines are skipped.  A malformed line is reported and left out; the
-    other lines are still read.
+    other lines are still read.  With `cut_short` (the program was killed or
+    failed), a last line that has no newline and is not valid JSON is the
+    record it was writing when it ended: left out with a warning, not an
+    error (the harness ends every record with a newline).
     """
     records: list[dict] = []
     errors: list[str] = []
-    with open(path, encoding="utf-8") as f:
+    with open(path, encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line, parse_constant=_reject_constant)
             except ValueError as e:
+                if cut_short and not line.endswith("\n"):
+                    warn(f"{path}:{lineno}: the last record was cut short when the program "
+                         "ended; left out")
+                    continue
                 errors.append(f"{path}:{lineno}: not valid JSON: {e}")
                 continue
             why = validate_record(obj)
@@ -806,8 +827,8 @@ def render_view(view: WorkloadView, plot: str | None) -> list[str]:
 def suite_outcome(s: dict) -> str:
     """'ok', 'TIMED OUT (...)' or 'FAILED (...)' for a suite's status."""
     if s.get("timed_out"):
-        after = (f"; what came after workload {s['last_workload']} did not run"
-                 if s.get("last_workload") else "")
+        after = (f"; workload {s['last_workload']} was cut short and what came after "
+                 "it did not run" if s.get("last_workload") else "")
         return f"TIMED OUT (killed at its budget of {s.get('budget_s', 0):g} s{after})"
     if s.get("exit_code") == 0:
         return "ok"
@@ -1144,7 +1165,8 @@ def render_hangs(records: Sequence[dict]) -> list[str]:
         by_suite: dict[str, list[dict]] = {}
         for r in skipped:
             by_suite.setdefault(r["suite"], []).append(r)
-        lines += ["Skipped (the suite's time budget was spent):", ""]
+        lines += ["Skipped (not run: a time budget was spent; each record's reason says "
+                  "which):", ""]
         for suite, recs in by_suite.items():
             whole = sorted({r["workload"] for r in recs if is_workload_skip(r)})
             parts = {(r["workload"], canonical_params(r["params"])) for r in recs
@@ -1338,7 +1360,8 @@ def plot_bars(plt: Any, view: WorkloadView, path: Path) -> None:
 def make_plots(records: Sequence[dict], out_dir: Path) -> dict[tuple, str]:
     """Draw one PNG per (suite, workload, metric) into out_dir; return
     {(suite, workload, metric): file name} for those drawn.  Without
-    matplotlib, or when one plot fails, warn and carry on."""
+    matplotlib, or when one plot fails, warn and carry on; past
+    PLOT_BUDGET_S, warn and draw no more."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -1355,7 +1378,11 @@ def make_plots(records: Sequence[dict], out_dir: Path) -> dict[tuple, str]:
         k = (v.suite, v.workload)
         metrics_per_workload[k] = metrics_per_workload.get(k, 0) + 1
     drawn = {}
-    for view in views:
+    start = time.monotonic()
+    for k, view in enumerate(views):
+        if time.monotonic() - start > PLOT_BUDGET_S:
+            warn(f"plots: {PLOT_BUDGET_S} s spent; {len(views) - k} of {len(views)} not drawn")
+            break
         name = plot_file_name(view, metrics_per_workload[(view.suite, view.workload)])
         try:
             sweep = find_sweep(view.groups)
@@ -1467,26 +1494,103 @@ def suite_budget(suite: str, full: bool, override: float | None) -> float:
     return SUITE_BUDGET_S.get(suite, DEFAULT_SUITE_BUDGET_S)
 
 
+class Terminated(BaseException):
+    """Raised by the SIGTERM and SIGHUP handlers, so that the `finally`
+    clauses run: the suite program's process group is killed and the
+    temporary directory removed on the way out."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    # Once: a second signal must not cut the clean-up short.
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    raise Terminated(signum)
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn for the suite program: SIGKILL when bench.py dies, even
+    by SIGKILL (PR_SET_PDEATHSIG; it survives the harness's own re-exec).
+    Its children are the harness's to bind (they set the same). libc is
+    looked up here, in bench.py, so that the forked child only calls it;
+    None where it cannot be."""
+    try:
+        import ctypes
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def set_pdeathsig() -> None:
+        prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # bench.py ended before the prctl
+            os.kill(os.getpid(), signal.SIGKILL)
+    return set_pdeathsig
+
+
+def _wait_exit(proc: subprocess.Popen, timeout: float | None) -> bool:
+    """Wait until the program (the group's leader) has exited, at most
+    `timeout` seconds (None: for ever); do not reap it: while it is a
+    zombie its pid, the group's id, cannot be given to another process, so
+    that the group can still be killed safely. True if it has exited."""
+    if proc.returncode is not None:
+        return True
+    deadline = None if timeout is None else time.monotonic() + timeout
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        fd = None
+    try:
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if fd is not None:
+                select.select([fd], [], [], left)
+            try:
+                if os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                    return True
+            except ChildProcessError:  # reaped already
+                return True
+            if left is not None and left <= 0:
+                return False
+            if fd is None:
+                time.sleep(0.05 if left is None else min(0.05, left))
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _killpg(proc: subprocess.Popen, sig: int) -> None:
+    try:
+        os.killpg(proc.pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _end_group(proc: subprocess.Popen) -> None:
+    """SIGKILL to whatever is left of the program's process group, then
+    reap the leader if it has exited (not waiting for one that would not
+    die: _kill_group has waited for it already)."""
+    _killpg(proc, signal.SIGKILL)
+    if _wait_exit(proc, 0):
+        proc.wait()
+
+
 def _kill_group(proc: subprocess.Popen) -> None:
     """SIGTERM to the program's process group (the program, and the children
     it forked: a measurement's, the hang-freedom rounds'), SIGKILL after
-    KILL_GRACE_S if it is still there."""
-    for sig, wait_s in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, None)):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            proc.wait(timeout=wait_s)
-            if sig == signal.SIGTERM:
-                # The leader is gone; children it forked may not be.
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            return
-        except subprocess.TimeoutExpired:
-            continue
+    KILL_GRACE_S if the program is still there, and give up on it after
+    REAP_WAIT_S more (a process stuck in the kernel does not die even of
+    SIGKILL): at most KILL_GRACE_S + REAP_WAIT_S seconds."""
+    _killpg(proc, signal.SIGTERM)
+    if _wait_exit(proc, KILL_GRACE_S):
+        return
+    _killpg(proc, signal.SIGKILL)
+    if not _wait_exit(proc, REAP_WAIT_S):
+        warn(f"{Path(proc.args[0]).name} (pid {proc.pid}) did not end {REAP_WAIT_S:g} s after "
+             "SIGKILL; going on without it")
 
 
 def run_suite(prog: Path, out_file: Path, full: bool,
@@ -1496,24 +1600,39 @@ def run_suite(prog: Path, out_file: Path, full: bool,
 
     The program runs in a process group of its own so that everything it
     started can be killed together; then it does not see a Ctrl-C at the
-    terminal either, so this kills it on the way out."""
+    terminal either, so this kills it on the way out (KeyboardInterrupt,
+    Terminated). When the program has ended, whatever is left of its group
+    is killed too. The program gets SOFT_BUDGET_FRACTION of its budget as
+    --time-budget and the whole as --hard-budget (the harness watches no
+    measurement past it)."""
     cmd = [str(prog), "--out", str(out_file), "--full" if full else "--quick"]
     if budget_s is not None:
-        cmd += ["--time-budget", f"{max(1.0, budget_s * SOFT_BUDGET_FRACTION):g}"]
+        cmd += ["--time-budget", f"{max(1.0, budget_s * SOFT_BUDGET_FRACTION):g}",
+                "--hard-budget", f"{budget_s:g}"]
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, start_new_session=True,
+                                preexec_fn=_die_with_parent())
     except OSError as e:
         warn(f"cannot run {prog}: {e}")
         return 127, False
+    timed_out = False
     try:
-        return proc.wait(timeout=budget_s), False
-    except subprocess.TimeoutExpired:
-        warn(f"{prog.name} overran its budget of {budget_s:g} s: killing it")
-        _kill_group(proc)
-        return proc.wait(), True
-    finally:
-        if proc.poll() is None:  # KeyboardInterrupt or another exception
+        if not _wait_exit(proc, budget_s):
+            warn(f"{prog.name} overran its budget of {budget_s:g} s: killing it")
+            timed_out = True
             _kill_group(proc)
+    finally:
+        # KeyboardInterrupt or another exception; not again after a kill at
+        # the budget, which has waited for the program as long as it may.
+        if not timed_out and not _wait_exit(proc, 0):
+            _kill_group(proc)
+        _end_group(proc)
+    code = proc.returncode
+    if code is None:  # it would not die (see _kill_group)
+        return -signal.SIGKILL, True
+    # An exit status, not a signal: it ended by itself, between the budget
+    # and the kill (a harness program does not catch SIGTERM).
+    return code, timed_out and code < 0
 
 
 def run_suites(build_dir: Path, suites: Sequence[str], full: bool,
@@ -1544,7 +1663,7 @@ def run_suites(build_dir: Path, suites: Sequence[str], full: bool,
                   "timed_out": timed_out}
         got: list[dict] = []
         if out_file.exists():
-            got, errs = load_jsonl(out_file)
+            got, errs = load_jsonl(out_file, cut_short=code != 0 or timed_out)
             errors += errs
             for r in got:
                 if r["suite"] != suite:
@@ -1624,6 +1743,24 @@ def command_line() -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    # SIGTERM and SIGHUP end the run as a Ctrl-C does: the suite program's
+    # process group is killed and the temporary directory removed (bounded:
+    # see _kill_group), then bench.py exits 128 + the signal, with no report.
+    handlers = {sig: signal.signal(sig, _raise_terminated) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        return _main(args)
+    except Terminated as e:
+        warn(f"stopped by {signal.Signals(e.signum).name}: the suite program was killed; no report written")
+        return 128 + e.signum
+    except KeyboardInterrupt:
+        warn("interrupted: the suite program was killed; no report written")
+        return 128 + signal.SIGINT
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+
+
+def _main(args: argparse.Namespace) -> int:
     out_dir: Path = args.out
     errors: list[str] = []
     failed = False
