@@ -52,6 +52,7 @@ bool semaphore_core::acquire_slow(std::chrono::steady_clock::time_point deadline
 }
 
 void semaphore_core::release_slow(std::int64_t c, std::ptrdiff_t n) noexcept {
+    SPINDLE_RACE_POINT(this, race_point::semaphore_release_matched);
     // -c waiters were counted; our +n covers min(n, -c) of them, oldest
     // first. The rest of n (if any) stayed in the word.
     const std::int64_t wake = -c < n ? -c : static_cast<std::int64_t>(n);

@@ -109,10 +109,12 @@ bool mutex::lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_
 // (returned, granted, its wake-up left to the caller), or free it if the
 // last waiter cancelled between the caller's failed CAS and here (null).
 detail::wait_node* mutex::hand_over() noexcept {
+    SPINDLE_RACE_POINT(this, detail::race_point::mutex_unlock_contended);
     qlock_.lock();
     detail::wait_node* n = queue_.pop_front();
     if (n == nullptr) {
         state_.store(0, std::memory_order_release);  // pairs with the next locker's acquire
+        SPINDLE_RACE_POINT(this, detail::race_point::mutex_unlock_freed);
         qlock_.unlock();
         return nullptr;
     }

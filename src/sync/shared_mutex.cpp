@@ -227,11 +227,13 @@ void shared_mutex::wake(wait_node* granted, handoff policy) noexcept {
 }
 
 void shared_mutex::unlock_slow() {
+    SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_unlock_contended);
     qlock_.lock();
     // (0, q, 1) -> (0, q, 0). release pairs with the acquire of whoever
     // takes it next: grant() below, or a fast path once Q is clear.
     state_.fetch_and(~writer_bit, std::memory_order_release);
     wait_node* granted = grant();
+    if (granted == nullptr) SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_freed);
     qlock_.unlock();
     wake(granted, policy_);
 }
@@ -239,8 +241,10 @@ void shared_mutex::unlock_slow() {
 void shared_mutex::unlock_shared_slow() {
     // The last reader left, (1, 1, 0) -> (0, 1, 0): the front is a writer
     // (I3), unless a cancellation got here first and granted it already.
+    SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_last_reader);
     qlock_.lock();
     wait_node* granted = grant();
+    if (granted == nullptr) SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_freed);
     qlock_.unlock();
     wake(granted, policy_);
 }

@@ -37,6 +37,22 @@ const void* caller_identity() noexcept {
                         : static_cast<const void*>(SPINDLE_FRESH_TLS_ADDRESS(char, "spindle_tl_thread_marker"));
 }
 
+#if SPINDLE_DEBUG_CHECKS
+namespace {
+// The installed hook (race_point.hpp). relaxed: a test installs it before
+// it starts the parties whose slow paths call it, and removes it after
+// joining them; thread creation and joins order the rest.
+std::atomic<race_hook> g_race_hook{nullptr};
+}  // namespace
+
+void set_race_hook(race_hook hook) noexcept { g_race_hook.store(hook, std::memory_order_relaxed); }
+
+void race_point_reached(const void* primitive, race_point point) noexcept {
+    if (race_hook h = g_race_hook.load(std::memory_order_relaxed)) [[unlikely]]
+        h(primitive, point);
+}
+#endif
+
 void request_cancel(wait_node* n) noexcept {
     // relaxed: the primitive's spinlock, taken by n->cancel and by the
     // waiter's enqueue, orders this store with the waiter's check.

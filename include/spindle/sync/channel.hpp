@@ -454,6 +454,8 @@ private:
         const std::int64_t w = items_.fetch_add(permit, std::memory_order_release);
         if (is_closed(w)) [[unlikely]]
             return;  // close() woke everyone; receivers drain by take()
+        if (w < -1 || has_pending(w)) [[unlikely]]
+            SPINDLE_RACE_POINT(this, race_point::channel_publish_matched);
         if (w < -1) [[unlikely]]  // count < 0: receivers counted
             wake_receiver();
         if (has_pending(w)) [[unlikely]]

@@ -33,6 +33,7 @@
 #include <spindle/arch/context.hpp>
 #include <spindle/runtime/detail/timer.hpp>
 #include <spindle/runtime/detail/worker.hpp>
+#include <spindle/sync/detail/race_point.hpp>
 
 namespace spindle::detail {
 
