@@ -105,34 +105,53 @@ bool mutex::lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_
     return n.granted;
 }
 
-// The contended half of an unlock: hand the mutex to the oldest waiter
-// (returned, granted, its wake-up left to the caller), or free it if the
-// last waiter cancelled between the caller's failed CAS and here (null).
+// The contended half of an unlock, after its CAS found state 2: hand the
+// mutex to the oldest waiter (returned, granted, still parked: its wake-up
+// is the caller's), or -- every waiter having cancelled since -- free it
+// (null), with a releasing CAS that is our last access to the mutex.
 detail::wait_node* mutex::hand_over() noexcept {
-    SPINDLE_RACE_POINT(this, detail::race_point::mutex_unlock_contended);
-    qlock_.lock();
-    detail::wait_node* n = queue_.pop_front();
-    if (n == nullptr) {
-        state_.store(0, std::memory_order_release);  // pairs with the next locker's acquire
-        SPINDLE_RACE_POINT(this, detail::race_point::mutex_unlock_freed);
+    for (;;) {
+        SPINDLE_RACE_POINT(this, detail::race_point::mutex_unlock_contended);
+        qlock_.lock();
+        if (detail::wait_node* n = queue_.pop_front()) {
+            // Handoff: the mutex stays held, now by n; nobody can overtake it.
+            // (state) 2 -> 1 if n was the last waiter, else 2 stays. relaxed:
+            // qlock_ orders it with the slow paths; a fast path reads 1 or 2
+            // alike (held).
+            if (queue_.empty()) state_.store(1, std::memory_order_relaxed);
+            n->granted = true;
+            // release: our critical section happens-before n's. n holds the
+            // mutex and stays parked until the caller unparks it, so nobody
+            // can destroy the mutex before that: the caller may still read
+            // policy_.
+            qlock_.unlock();
+            return n;
+        }
+        // Every waiter that made it 2 has cancelled meanwhile (cancel: 2 -> 1
+        // under qlock_). We still hold the mutex (1), so nobody can take it,
+        // let alone destroy it: give qlock_ back first.
         qlock_.unlock();
-        return nullptr;
+        std::uint32_t expected = 1;
+        // (state) 1 -> 0, as the fast path: the release, and our last access.
+        // release pairs with the next locker's acquire. Fails only if a
+        // locker queued since we let qlock_ go (1 -> 2): hand it to that one.
+        if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) {
+            SPINDLE_RACE_POINT(this, detail::race_point::mutex_unlock_freed);
+            return nullptr;
+        }
     }
-    // Direct handoff: the mutex stays held, now by n. Nobody can overtake it.
-    if (queue_.empty()) state_.store(1, std::memory_order_relaxed);
-    n->granted = true;
-    qlock_.unlock();  // release: our critical section happens-before n's
-    return n;
 }
 
 void mutex::unlock_slow() {
+    // n holds the mutex and is parked: policy_ is still ours to read.
     if (detail::wait_node* n = hand_over()) detail::unpark_with(&n->w, static_cast<unsigned>(policy_));
 }
 
 void mutex::unlock_and_park(detail::wait_node& self) {
     forget_owner();  // a release, as unlock()'s
     std::uint32_t expected = 1;
-    // release pairs with the acquire CAS of the next locker.
+    // (state) 1 -> 0. release pairs with the acquire CAS of the next locker.
+    // From here we touch only our own node (the park below).
     if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) {
         detail::park(&self.w);
         return;
@@ -143,6 +162,7 @@ void mutex::unlock_and_park(detail::wait_node& self) {
         return;
     }
     if (n == &self) return;  // a notify queued us here, and we were first: ours again
+    // n holds the mutex and is parked: policy_ is still ours to read.
     detail::unpark_and_park(&n->w, static_cast<unsigned>(policy_), &self.w);
 }
 

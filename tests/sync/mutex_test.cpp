@@ -28,6 +28,7 @@
 #include <spindle/sync/mutex.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 #include "../support/thread_state.hpp"
 
 namespace {
@@ -721,3 +722,92 @@ TEST(MutexDeathTest, CqsMutexDoubleUnlockDuringHandoffAborts) {
 }
 }  // namespace
 #endif
+
+// ---- the last reference unlocks and frees ----------------------------------
+//
+// (tests/support/last_reference.hpp.) An object holds a mutex and a count
+// of references to itself, guarded by the mutex; whoever drops the last
+// reference deletes the object right after its unlock returns -- while the
+// unlock that let it in may not have returned yet.
+
+namespace {
+
+using spindle::test::counted_object;
+using spindle::test::party_kind;
+using spindle::test::race_point;
+
+template <class M>
+struct mutex_object : counted_object<mutex_object<M>> {
+    explicit mutex_object(int n) : refs(n) {}
+    M m;
+    int refs;  // guarded by m
+
+    const void* primitive() const { return &m; }
+    void hold() { m.lock(); }
+    void unhold() { m.unlock(); }
+    bool enter(std::stop_token st) { return m.lock(std::move(st)); }
+    bool try_enter() { return m.try_lock(); }
+    void enter() { m.lock(); }
+    void leave() { m.unlock(); }
+    int drop() { return --refs; }
+};
+
+class MutexLastReference : public ::testing::TestWithParam<party_kind> {};
+
+// H (a fiber or a thread) unlocks while W waits. W's lock is cancelled
+// right after H's unlock saw it queued (its fast CAS failed), so the
+// unlock finds nobody to hand the mutex to and frees it. At that moment W
+// locks it, drops the last reference, unlocks and deletes the object; only
+// then does H's unlock go on, and it must not touch the mutex again.
+TEST_P(MutexLastReference, ContendedUnlockThatFreesTheMutexLeavesItAlone) {
+    if (!spindle::test::race_points_enabled) GTEST_SKIP() << "race points exist only with SPINDLE_DEBUG_CHECKS";
+    spindle::test::last_reference_scenario<mutex_object<spindle::mutex>>(
+        GetParam(), race_point::mutex_unlock_contended, race_point::mutex_unlock_freed);
+}
+
+INSTANTIATE_TEST_SUITE_P(Holders, MutexLastReference,
+                         ::testing::Values(party_kind::fiber, party_kind::thread), spindle::test::party_name);
+
+struct chain_param {
+    mutex_kind kind;
+    unsigned workers;
+};
+std::vector<chain_param> chain_params() {
+    std::vector<chain_param> v;
+    for (auto k : all_kinds)
+        for (unsigned w : spindle::test::stress_workers) v.push_back({k, w});
+    return v;
+}
+std::string chain_name(const ::testing::TestParamInfo<chain_param>& i) {
+    return std::string(kind_name(i.param.kind)) + "_" + std::to_string(i.param.workers) + "workers";
+}
+
+class MutexLastReferenceStress : public ::testing::TestWithParam<chain_param> {};
+
+// Fibers and threads lock each object of a chain once -- mostly with
+// timeouts of a few microseconds, retried until they get in -- drop their
+// reference and unlock; the last one deletes the object.
+TEST_P(MutexLastReferenceStress, TimedLocksRaceTheLastUnlock) {
+    const auto [kind, workers] = GetParam();
+    with_mutex(kind, [&]<class M>() {
+        spindle::test::run_chain<mutex_object<M>>(
+            workers, spindle::test::chain_fibers, spindle::test::chain_threads, spindle::test::chain_rounds(workers),
+            [](mutex_object<M>& o, std::minstd_rand& rng) {
+                spindle::test::linger(rng);
+                if (rng() % 4 == 0) {
+                    o.m.lock();
+                } else {
+                    while (!o.m.try_lock_for(spindle::test::short_timeout(rng))) {
+                    }
+                }
+                spindle::test::linger(rng);
+                const bool last = --o.refs == 0;
+                o.m.unlock();
+                if (last) delete &o;
+            });
+    });
+}
+
+INSTANTIATE_TEST_SUITE_P(KindsAndWorkers, MutexLastReferenceStress, ::testing::ValuesIn(chain_params()), chain_name);
+
+}  // namespace

@@ -30,6 +30,28 @@
 //              1 <-> 2 transitions made by the slow paths
 //     queue:   intrusive FIFO of waiter records living on the waiters' stacks
 //
+// Transitions (the code tags each step with its own):
+//
+//     lock         0 -> 1                   CAS; fails on 1 or 2: lock slow
+//     lock slow    0 -> 1, or 1|2 -> 2 and enqueue          under qlock_
+//     unlock       1 -> 0                   CAS; fails on 2: unlock slow
+//     unlock slow  under qlock_: a waiter queued: hand the mutex to the
+//                  oldest (2 -> 1 if it was the last, else 2 stays); none
+//                  left (all cancelled, 2 -> 1): let qlock_ go, then
+//                  1 -> 0 by CAS as the fast path -- which fails only if a
+//                  locker queued meanwhile (1 -> 2): start over
+//     cancel       dequeue; the queue emptied: 2 -> 1       under qlock_
+//
+// The last access. Once the mutex is free, another caller may lock it,
+// unlock it and destroy it (POSIX allows destroying an unlocked mutex; an
+// object that holds one may be freed by whoever drops the last reference
+// to it) while the unlock that freed it has not returned. So the step that
+// frees the mutex, 1 -> 0, is always the unlocking caller's last access to
+// it: the slow unlock never frees it under qlock_ (that would leave the
+// spinlock's release to a freed object), and a handoff keeps the mutex
+// held by the chosen waiter, which stays parked until the unlocker's last
+// touch of the mutex is behind it.
+//
 // Debug builds (SPINDLE_DEBUG_CHECKS) abort with a message naming the mutex
 // when it is unlocked by a caller that does not hold it, locked again by the
 // caller that holds it (which would wait for itself forever), or destroyed
@@ -118,7 +140,9 @@ private:
 
     SPINDLE_NOINLINE void lock_slow();
     SPINDLE_NOINLINE void unlock_slow();
-    detail::wait_node* hand_over() noexcept;  // takes qlock_: the next owner (granted), or null (freed)
+    // Takes qlock_: the next owner (granted, still parked), or null once the
+    // mutex is freed -- by a releasing CAS that is hand_over's last access.
+    detail::wait_node* hand_over() noexcept;
     bool lock_wait(std::chrono::steady_clock::time_point deadline, std::stop_token* st);
     // For condition_variable: release the mutex (held by the caller) and
     // park on `self.w` in one step. Returns when unparked, or at once if the
