@@ -28,9 +28,11 @@ struct shared_mutex_access {
     // A timeout or stop request for a queued locker (wait_node::cancel).
     // Removing it may unblock the waiters behind it (I3): a cancelled writer
     // at the front of readers while the lock is held shared lets them in,
-    // and a last waiter gone reopens the fast paths. The waker here may be a
-    // timer or a stop requester, not a fiber that should give its worker
-    // away: everyone is woken with a plain unpark.
+    // and a last waiter gone reopens the fast paths -- except in H, which
+    // its last reader closes (grant(false) leaves it alone). The waker here
+    // may be a timer or a stop requester, not a fiber that should give its
+    // worker away: everyone is woken with a plain unpark. Our waiter is
+    // parked until our unpark, so the shared_mutex outlives this.
     static void cancel(wait_node* n) noexcept {
         auto* m = static_cast<shared_mutex*>(n->owner);
         m->qlock_.lock();
@@ -39,7 +41,7 @@ struct shared_mutex_access {
             return;
         }
         m->queue_.remove(n);
-        wait_node* granted = m->grant();
+        wait_node* granted = m->grant(false);
         m->qlock_.unlock();
         detail::unpark(&n->w);
         while (granted != nullptr) {
@@ -105,8 +107,10 @@ bool shared_mutex::take_or_mark(bool writer) noexcept {
     // relaxed: the CASes below re-read it.
     std::uint32_t s = state_.load(std::memory_order_relaxed);
     for (;;) {
-        if (!queue_.empty()) return false;  // FIFO: behind them (Q is set, I2)
-        // Queue empty, so Q is clear (I2): only the holders decide.
+        // Q: waiters queued (I2) -- FIFO, behind them -- or H, where the
+        // last reader hands the lock over: behind whoever it grants.
+        if ((s & queued_bit) != 0) return false;
+        // Q clear, so the queue is empty (I2): only the holders decide.
         const bool compatible = writer ? s == 0 : (s & writer_bit) == 0;
         if (compatible) {
             // (0, 0, 0) -> (0, 0, 1) or (r, 0, 0) -> (r+1, 0, 0), as the
@@ -146,10 +150,10 @@ bool shared_mutex::lock_wait(bool writer, std::chrono::steady_clock::time_point 
     // request_cancel.
     if (n.cancel_requested.load(std::memory_order_relaxed)) {
         // Timed out or stopped before we queued. We may have set Q with
-        // nobody queued: (r, 1, w) -> (r, 0, w), restoring I2. relaxed: it
-        // reopens the fast paths, which acquire from the holders' releases,
-        // not from us.
-        if (queue_.empty()) state_.fetch_and(~queued_bit, std::memory_order_relaxed);
+        // nobody queued: grant() on the empty queue clears it, (r, 1, w) ->
+        // (r, 0, w), restoring I2 -- unless the word is H, which its last
+        // reader closes. It grants nobody: the queue is empty.
+        if (queue_.empty()) (void)grant(false);
         qlock_.unlock();
         return false;
     }
@@ -161,26 +165,37 @@ bool shared_mutex::lock_wait(bool writer, std::chrono::steady_clock::time_point 
     return n.granted;
 }
 
-wait_node* shared_mutex::grant() noexcept {
+wait_node* shared_mutex::grant(bool handover) noexcept {
     wait_node* front = queue_.front();
     // acquire: see the CAS below; the load only starts the loop.
     std::uint32_t s = state_.load(std::memory_order_acquire);
-    if (front == nullptr) {
-        // (r, 1, w) -> (r, 0, w): nobody waits any more, reopen the fast
-        // paths (I2). relaxed: as in lock_wait.
-        if ((s & queued_bit) != 0) state_.fetch_and(~queued_bit, std::memory_order_relaxed);
-        return nullptr;
-    }
     // Who would be granted: the writer at the front, or the run of readers
     // at the front, up to the next writer (FIFO phases). The queue cannot
-    // change under qlock_; the word can, by fetch_subs of readers.
+    // change under qlock_; the word can, by fetch_subs of readers -- one of
+    // which may open H while we look.
     std::uint32_t k = 1;
-    wait_node* after = front->next;  // the first waiter left behind
-    if (!is_writer(front))
+    wait_node* after = front != nullptr ? front->next : nullptr;  // the first waiter left behind
+    if (front != nullptr && !is_writer(front))
         for (; after != nullptr && !is_writer(after); after = after->next) ++k;
     const std::uint32_t q = after != nullptr ? queued_bit : 0;
     for (;;) {
+        // H: the last reader's to close, once it has qlock_. Granting or
+        // reopening here would let the lock go while that reader has yet
+        // to touch the shared_mutex. (Every step below is a CAS, so a
+        // reader that opens H meanwhile makes it fail and we look again.)
+        if (s == queued_bit && !handover) return nullptr;
         std::uint32_t next;
+        if (front == nullptr) {
+            // (r, 1, w) -> (r, 0, w): nobody waits any more, reopen the fast
+            // paths (I2). relaxed (both): it reopens the fast paths, which
+            // acquire from the holders' releases, not from us; on failure we
+            // only look again.
+            if ((s & queued_bit) == 0) return nullptr;
+            if (state_.compare_exchange_weak(s, s & ~queued_bit, std::memory_order_relaxed,
+                                             std::memory_order_relaxed))
+                return nullptr;
+            continue;
+        }
         if (is_writer(front)) {
             // (0, 1, 0) -> (0, q', 1). Anything else: the holders' unlocks
             // will come here again.
@@ -226,27 +241,73 @@ void shared_mutex::wake(wait_node* granted, handoff policy) noexcept {
     detail::unpark_with(&granted->w, static_cast<unsigned>(policy));
 }
 
+// unlock()'s CAS found Q set: hand the lock over, or -- every waiter
+// having cancelled since -- let it go with a releasing CAS that is our last
+// access to the shared_mutex.
 void shared_mutex::unlock_slow() {
-    SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_unlock_contended);
-    qlock_.lock();
-    // (0, q, 1) -> (0, q, 0). release pairs with the acquire of whoever
-    // takes it next: grant() below, or a fast path once Q is clear.
-    state_.fetch_and(~writer_bit, std::memory_order_release);
-    wait_node* granted = grant();
-    if (granted == nullptr) SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_freed);
-    qlock_.unlock();
-    wake(granted, policy_);
+    for (;;) {
+        SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_unlock_contended);
+        qlock_.lock();
+        if (!queue_.empty()) {
+            // (0, 1, 1) -> (0, 1, 0), which grant() turns over to the front
+            // at once (we hold qlock_: this is not H). release pairs with the
+            // acquire of whoever takes it next (grant()'s CAS).
+            state_.fetch_and(~writer_bit, std::memory_order_release);
+            wait_node* granted = grant(true);  // from (0, 1, 0): never empty
+            qlock_.unlock();
+            // The granted hold the lock, and the first of them stays parked
+            // until wake()'s last step: policy_ is still ours to read.
+            wake(granted, policy_);
+            return;
+        }
+        // The waiters that set Q have cancelled (the last one's grant()
+        // cleared it, I2): (0, 0, 1). We still hold the lock, so nobody can
+        // take it or destroy it: give qlock_ back first.
+        qlock_.unlock();
+        std::uint32_t expected = writer_bit;
+        // (0, 0, 1) -> (0, 0, 0), as unlock(): the release, and our last
+        // access. release pairs with the next locker's acquire. Fails only
+        // if a locker set Q since we let qlock_ go: hand the lock to it.
+        if (state_.compare_exchange_strong(expected, 0, std::memory_order_release, std::memory_order_relaxed)) {
+            SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_freed);
+            return;
+        }
+    }
 }
 
+// unlock_shared()'s fetch_sub took (1, 1, 0) to (0, 1, 0): we opened H and
+// close it. Nobody else takes the lock or moves the word meanwhile (cancel
+// and lock slow leave H alone), so the shared_mutex stays alive until we
+// let the lock go -- as our last access to it.
 void shared_mutex::unlock_shared_slow() {
-    // The last reader left, (1, 1, 0) -> (0, 1, 0): the front is a writer
-    // (I3), unless a cancellation got here first and granted it already.
-    SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_last_reader);
-    qlock_.lock();
-    wait_node* granted = grant();
-    if (granted == nullptr) SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_freed);
-    qlock_.unlock();
-    wake(granted, policy_);
+    for (;;) {
+        SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_last_reader);
+        qlock_.lock();
+        if (!queue_.empty()) {
+            // From (0, 1, 0) the front is always granted: -> (0, q', 1) or
+            // (k, q', 0).
+            wait_node* granted = grant(true);
+            qlock_.unlock();
+            // As in unlock_slow: the first granted waiter keeps the lock
+            // held until wake()'s last step.
+            wake(granted, policy_);
+            return;
+        }
+        // Every waiter cancelled while we came (each cancel left H to us).
+        // (0, 1, 0) -> (1, 0, 0): we hold it shared again, which keeps the
+        // lock (and so the shared_mutex) ours while we give qlock_ back.
+        // relaxed: nobody else writes the word in H; our release below
+        // carries our critical section.
+        state_.fetch_add(one_reader - queued_bit, std::memory_order_relaxed);
+        qlock_.unlock();
+        // (r, q, 0) -> (r-1, q, 0), as unlock_shared(): the release, and our
+        // last access -- unless it finds (1, 1, 0) again (a locker queued
+        // since): we opened H again; start over.
+        if (state_.fetch_sub(one_reader, std::memory_order_release) != (one_reader | queued_bit)) {
+            SPINDLE_RACE_POINT(this, detail::race_point::shared_mutex_freed);
+            return;
+        }
+    }
 }
 
 }  // namespace spindle

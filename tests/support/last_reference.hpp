@@ -175,17 +175,25 @@ void run_as(party_kind k, Body body) {
 // without waiting, drops the last reference, releases it and deletes the
 // object, and H goes on only after that -- or after W found it could not
 // take it yet (a correct primitive still owes W its turn: W then waits for
-// it). `delete_waits`: the object's destructor waits for a release still
-// inside it (as event, latch, barrier and channel do); then H waits for W's
-// delete at most a moment, since a correct destructor holds it back until H
-// goes on.
+// it, at once or -- `block_after_holder` -- only once H's release has
+// returned, which sends a correct primitive down the path where its
+// releaser finds nobody left to hand it to).
+// `delete_waits`: the object's destructor waits for a release still inside
+// it (as event, latch, barrier and channel do); then H waits for W's delete
+// at most a moment, since a correct destructor holds it back until H goes
+// on.
 //
 // Without the rule, ASan reports H's access to the deleted primitive after
 // `retry_at`. With it, the object is deleted once, by W, whether W got in
 // at the point or only after H went on.
+struct scenario_options {
+    bool block_after_holder = false;
+    bool delete_waits = false;
+};
+
 template <class Obj>
 void last_reference_scenario(party_kind holder, race_point cancel_at, race_point retry_at,
-                             bool delete_waits = false) {
+                             scenario_options opt = {}) {
 #if SPINDLE_DEBUG_CHECKS
     // Stages: 1 H holds; 3 W may retry; 4 W retried (got: it is deleting);
     // 5 W deleted.
@@ -193,7 +201,7 @@ void last_reference_scenario(party_kind holder, race_point cancel_at, race_point
     std::stop_source stop;
     stages st;
     std::atomic<pid_t> wtid{0};
-    std::atomic<bool> got{false};
+    std::atomic<bool> got{false}, holder_done{false};
     bool cancelled = false, retried = false;  // the script's, on H's thread
     {
         race_script script(obj->primitive(), [&](race_point p) {
@@ -206,7 +214,7 @@ void last_reference_scenario(party_kind holder, race_point cancel_at, race_point
                 st.reach(3);
                 st.wait_for(4);
                 if (got.load()) {
-                    if (delete_waits) (void)st.wait_at_most(5, std::chrono::milliseconds(200));
+                    if (opt.delete_waits) (void)st.wait_at_most(5, std::chrono::milliseconds(200));
                     else st.wait_for(5);
                 }
             }
@@ -224,6 +232,8 @@ void last_reference_scenario(party_kind holder, race_point cancel_at, race_point
                     got.store(true);
                 } else {
                     st.reach(4);
+                    if (opt.block_after_holder)
+                        while (!holder_done.load()) std::this_thread::yield();
                     obj->enter();
                 }
             }
@@ -242,6 +252,7 @@ void last_reference_scenario(party_kind holder, race_point cancel_at, race_point
             obj->unhold();
             if (last) delete obj;
             if (!retried && st.now() < 3) st.reach(3);  // no retry point came: let W go on
+            holder_done.store(true);
         });
         w.join();
     }
@@ -249,7 +260,7 @@ void last_reference_scenario(party_kind holder, race_point cancel_at, race_point
     EXPECT_TRUE(retried);
     EXPECT_EQ(Obj::alive.load(), 0);
 #else
-    (void)holder, (void)cancel_at, (void)retry_at, (void)delete_waits;
+    (void)holder, (void)cancel_at, (void)retry_at, (void)opt;
 #endif
 }
 

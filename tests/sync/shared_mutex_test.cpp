@@ -31,6 +31,7 @@
 #include <spindle/sync/shared_mutex.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 
 namespace {
 
@@ -884,5 +885,110 @@ TEST(SharedMutexDeathTest, DestroyingAHeldOrAwaitedMutexAborts) {
         "destroyed while held shared and waited on");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference unlocks and frees ----------------------------------
+//
+// (tests/support/last_reference.hpp.) An object holds a shared_mutex and a
+// count of references to itself; a party drops its reference under the
+// exclusive lock (or, in the scenarios, while nobody else can drop one),
+// and whoever drops the last one deletes the object right after its unlock
+// returns -- while the unlock that let it in may not have returned yet.
+
+namespace {
+
+enum class side { exclusive, shared };
+
+template <side Holder, side Waiter>
+struct rw_object : counted_object<rw_object<Holder, Waiter>> {
+    explicit rw_object(int n) : refs(n) {}
+    shared_mutex m;
+    std::atomic<int> refs;
+
+    const void* primitive() const { return &m; }
+    void hold() {
+        if (Holder == side::exclusive) m.lock();
+        else m.lock_shared();
+    }
+    void unhold() {
+        if (Holder == side::exclusive) m.unlock();
+        else m.unlock_shared();
+    }
+    bool enter(std::stop_token st) {
+        return Waiter == side::exclusive ? m.lock(std::move(st)) : m.lock_shared(std::move(st));
+    }
+    bool try_enter() { return Waiter == side::exclusive ? m.try_lock() : m.try_lock_shared(); }
+    void enter() {
+        if (Waiter == side::exclusive) m.lock();
+        else m.lock_shared();
+    }
+    void leave() {
+        if (Waiter == side::exclusive) m.unlock();
+        else m.unlock_shared();
+    }
+    int drop() { return refs.fetch_sub(1) - 1; }
+};
+
+class SharedMutexLastReference : public ::testing::TestWithParam<party_kind> {};
+
+// H holds it exclusively and unlocks while W waits (exclusively, or
+// shared). W is cancelled right after H's unlock saw Q set, so the unlock
+// finds nobody to hand the lock to and lets it go; at that moment W takes
+// it, drops the last reference and deletes the object, and only then does
+// H's unlock go on.
+TEST_P(SharedMutexLastReference, ExclusiveUnlockThatFreesTheLockLeavesItAlone) {
+    if (!race_points_enabled) GTEST_SKIP() << "race points exist only with SPINDLE_DEBUG_CHECKS";
+    last_reference_scenario<rw_object<side::exclusive, side::exclusive>>(
+        GetParam(), race_point::shared_mutex_unlock_contended, race_point::shared_mutex_freed);
+    last_reference_scenario<rw_object<side::exclusive, side::shared>>(
+        GetParam(), race_point::shared_mutex_unlock_contended, race_point::shared_mutex_freed);
+}
+
+// H is the last reader and leaves while a writer W waits. W is cancelled
+// right after H's fetch_sub, before H has looked at the queue; W then tries
+// to lock, drop the last reference and delete the object before H goes on.
+// The lock must not be W's before H is done with it: W gets it from H's
+// handover -- or, if W queues again only once H has returned, after H found
+// the queue empty and let the lock go.
+TEST_P(SharedMutexLastReference, LastReaderIsDoneBeforeTheLockIsTaken) {
+    if (!race_points_enabled) GTEST_SKIP() << "race points exist only with SPINDLE_DEBUG_CHECKS";
+    using obj = rw_object<side::shared, side::exclusive>;
+    last_reference_scenario<obj>(GetParam(), race_point::shared_mutex_last_reader,
+                                 race_point::shared_mutex_last_reader);
+    last_reference_scenario<obj>(GetParam(), race_point::shared_mutex_last_reader,
+                                 race_point::shared_mutex_last_reader, {.block_after_holder = true});
+}
+
+INSTANTIATE_TEST_SUITE_P(Holders, SharedMutexLastReference,
+                         ::testing::Values(party_kind::fiber, party_kind::thread), party_name);
+
+class SharedMutexLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+// Each party reads each object of a chain (or not), then writes it once and
+// drops its reference in that exclusive section; timed waits of a few
+// microseconds, retried, race the handovers of writers and last readers.
+TEST_P(SharedMutexLastReferenceStress, TimedLocksRaceTheLastUnlock) {
+    using obj = rw_object<side::exclusive, side::exclusive>;
+    const unsigned workers = GetParam();
+    run_chain<obj>(workers, chain_fibers, chain_threads, chain_rounds(workers), [](obj& o, std::minstd_rand& rng) {
+        linger(rng);
+        if (rng() % 2 == 0) {
+            while (!o.m.try_lock_shared_for(short_timeout(rng))) {
+            }
+            linger(rng);
+            o.m.unlock_shared();
+        }
+        while (!o.m.try_lock_for(short_timeout(rng))) {
+        }
+        linger(rng);
+        const bool last = o.refs.fetch_sub(1) == 1;
+        o.m.unlock();
+        if (last) delete &o;
+    });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, SharedMutexLastReferenceStress, ::testing::ValuesIn(stress_workers),
+                         workers_name);
 
 }  // namespace

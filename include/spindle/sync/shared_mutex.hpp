@@ -71,32 +71,61 @@
 //     lock_shared     (r, 0, 0) -> (r+1, 0, 0)   CAS; fails on Q or W
 //     unlock_shared   (r, q, 0) -> (r-1, q, 0)   fetch_sub; (1, 1, 0): the
 //                                                last reader with waiters
-//                                                goes on to grant()
+//                                                opens H (below) and goes
+//                                                on to last reader slow
 //     lock            (0, 0, 0) -> (0, 0, 1)     CAS
-//     unlock          (0, 0, 1) -> (0, 0, 0)     CAS; fails on Q: grant()
+//     unlock          (0, 0, 1) -> (0, 0, 0)     CAS; fails on Q: unlock slow
 //
 // The slow paths, under qlock_:
 //
-//     lock slow       queue empty and compatible: take it as the fast path
-//                     would; else (r, 0, w) -> (r, 1, w) and enqueue
-//     unlock slow     (0, q, 1) -> (0, q, 0), then grant()
+//     lock slow       Q clear and compatible: take it as the fast path
+//                     would; else (r, q, w) -> (r, 1, w) and enqueue
+//     unlock slow     a waiter queued: (0, 1, 1) -> (0, 1, 0), then grant();
+//                     none left (they cancelled; Q is clear again): let
+//                     qlock_ go, then (0, 0, 1) -> (0, 0, 0) by CAS as the
+//                     fast path -- which fails only if a locker set Q
+//                     meanwhile: start over
+//     last reader     closes H: a waiter queued: grant(); none left (they
+//       slow          cancelled): (0, 1, 0) -> (1, 0, 0), a reader again;
+//                     let qlock_ go, then unlock_shared's fetch_sub once
+//                     more -- which opens H again only if a locker queued
+//                     meanwhile: start over
 //     grant()         front is a writer and (0, 1, 0): -> (0, q', 1)
 //                     front is k readers and W clear: (r, 1, 0) -> (r+k, q', 0)
 //                     queue empty: (r, 1, w) -> (r, 0, w)
-//                     (q' = whether anyone is left in the queue)
-//     cancel          remove the waiter, then grant()
+//                     (q' = whether anyone is left in the queue); in H, only
+//                     for the last reader
+//     cancel          remove the waiter, then grant() (which leaves H alone)
+//
+// H, the handover window: the word is (0, 1, 0) and qlock_ is free. Only
+// the last reader's fetch_sub opens it (an exclusive unlock makes (0, 1, 0)
+// under qlock_ and grants at once), and only that reader closes it: a
+// cancel or a lock slow path that finds H leaves the word as it is -- a
+// cancel may even leave the queue empty with Q set -- so nobody can take
+// the lock, let alone destroy the shared_mutex, before that reader is done
+// with it.
 //
 // Invariants, whenever qlock_ is free:
 //   I1  W implies readers == 0.
-//   I2  Q == the queue is not empty.
+//   I2  Q == the queue is not empty -- except in H, where the queue may be
+//       empty (its waiters cancelled while the last reader came).
 //   I3  If the queue is not empty its front cannot be granted (the holders
-//       are incompatible with it) -- except in the window after the last
-//       reader's fetch_sub, (0, 1, 0), which that reader closes by taking
-//       qlock_ and granting.
+//       are incompatible with it) -- except in H.
 // I3 is why every queue change ends in grant(): an enqueue at the back
 // cannot make the front grantable, but a cancellation can (a cancelled
 // writer at the front, readers behind it, the lock held shared: they are
 // admitted at once).
+//
+// The last access. Once the lock is free, another caller may take it,
+// release it and destroy the shared_mutex (an object that holds one may be
+// freed by whoever drops the last reference to it) while the call that let
+// it go has not returned. So the step that lets the lock go is that call's
+// last access to it: an unlock that finds nobody to hand the lock to gives
+// qlock_ back while it still holds the lock, and lets it go with the fast
+// path's own RMW; the last reader keeps the lock unavailable (H) until it
+// has handed it over; and a handoff leaves the lock held by granted
+// waiters, the first of which stays parked until the unlocker's last touch
+// of the shared_mutex is behind it.
 //
 // Every change of the word is an RMW (no plain stores), so each release
 // heads a release sequence that every later acquire of the word reads from.
@@ -298,14 +327,16 @@ private:
     // Queue (unless it can be taken at once) and wait: true when granted,
     // false when the deadline passed or stop was requested first.
     bool lock_wait(bool writer, std::chrono::steady_clock::time_point deadline, std::stop_token* st);
-    // Under qlock_: take the lock if nobody waits and the holders allow it,
-    // else set Q (the caller enqueues).
+    // Under qlock_: take the lock if nobody waits (Q clear) and the holders
+    // allow it, else set Q (the caller enqueues).
     bool take_or_mark(bool writer) noexcept SPINDLE_REQUIRES(qlock_);
     // Under qlock_: grant the front of the queue whatever the word allows
     // now. Returns the granted waiters (granted = true, out of the queue)
     // as a list linked through wait_node::next, oldest first; the caller
-    // wakes them after releasing qlock_.
-    detail::wait_node* grant() noexcept SPINDLE_REQUIRES(qlock_);
+    // wakes them after releasing qlock_. `handover`: the caller is the last
+    // reader closing H, or an exclusive unlock that made (0, 1, 0) itself;
+    // anyone else leaves (0, 1, 0) alone.
+    detail::wait_node* grant(bool handover) noexcept SPINDLE_REQUIRES(qlock_);
     // Wake granted waiters: every one but the first is dispatched, then the
     // first is woken with `policy` (ces may switch to it right here).
     static void wake(detail::wait_node* granted, handoff policy) noexcept;
