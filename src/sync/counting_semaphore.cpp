@@ -38,8 +38,9 @@ bool semaphore_core::acquire_slow(std::chrono::steady_clock::time_point deadline
             // our wake-up.
             return true;
         case cqs_status::cancelled:
-            // on_cancellation gave our decrement back (and, if a release had
-            // already counted us, left its permit in the word).
+            // on_cancellation gave our decrement back -- or, if a release
+            // had already counted us, left the word alone: that release puts
+            // its permit back when its resume finds our cell refused.
             return false;
         case cqs_status::broken:
             break;
@@ -74,21 +75,34 @@ void semaphore_core::hand_over(handoff policy) noexcept {
     }
 }
 
-// Smart cancellation (paper Listing 5). The cancelled waiter gives back its
-// decrement, (count) c -> c + 1. c < 0: others are still counted, resumes
-// skip our cell (CANCELLED). c >= 0: a release counted us and its resume is
-// coming to our cell: refuse it (REFUSE); our increment has already put its
-// permit in the word.
+// Smart cancellation (paper Listing 5, changed as the header says). c < 0:
+// others are still counted: give back our decrement, (count) c -> c + 1,
+// and resumes skip our cell (CANCELLED). c >= 0: a release counted us and
+// its resume is coming to our cell: refuse it (REFUSE) and leave the word
+// alone -- the permit is still that release's (complete_refused_resume).
 // relaxed: we publish nothing; the RMW keeps count_'s release sequence
-// unbroken for whoever takes the permit from the word.
+// unbroken for whoever takes a permit from the word.
 bool semaphore_core::on_cancellation(void* self, std::uint64_t) noexcept {
     auto* s = static_cast<semaphore_core*>(self);
-    return s->count_.fetch_add(1, std::memory_order_relaxed) < 0;
+    std::int64_t c = s->count_.load(std::memory_order_relaxed);  // the CAS re-reads it
+    while (c < 0) {
+        if (s->count_.compare_exchange_weak(c, c + 1, std::memory_order_relaxed, std::memory_order_relaxed))
+            return true;
+    }
+    return false;
 }
 
-// The refused resume's permit is in the word already (on_cancellation's
-// increment): nothing to do. Giving it back again would count it twice.
-void semaphore_core::complete_refused_resume(void*, unit) noexcept {}
+// The releaser's resume reached a refused cell (or a canceller found a
+// permit delegated to its refusing waiter): the permit is a released one
+// nobody got. Release it again, (count) c -> c + 1, and hand it on if
+// someone is counted by now. The FAA is the release's last access to the
+// semaphore unless it hands the permit on -- to a counted waiter, which
+// cannot leave before it gets it. release as in release(). Dispatch: this
+// may run in a timer or stop callback.
+void semaphore_core::complete_refused_resume(void* self, unit) noexcept {
+    auto* s = static_cast<semaphore_core*>(self);
+    if (s->count_.fetch_add(1, std::memory_order_release) < 0) s->hand_over(handoff::dispatch);
+}
 
 // Smart + sync: a permit delegated to a cancelled waiter could not be handed
 // to the next one (BROKEN). It is a released permit: release it again.

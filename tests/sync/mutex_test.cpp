@@ -811,3 +811,20 @@ TEST_P(MutexLastReferenceStress, TimedLocksRaceTheLastUnlock) {
 INSTANTIATE_TEST_SUITE_P(KindsAndWorkers, MutexLastReferenceStress, ::testing::ValuesIn(chain_params()), chain_name);
 
 }  // namespace
+
+namespace {
+
+// cqs_mutex is a semaphore with one permit: H unlocks to W, who waits; W is
+// cancelled right after H's FAA counted it, and tries to lock, drop the
+// last reference and delete the object before H hands the mutex over.
+TEST_P(MutexLastReference, CqsMutexUnlockMatchedToACancelledWaiterIsDoneFirst) {
+    if (!spindle::test::race_points_enabled) GTEST_SKIP() << "race points exist only with SPINDLE_DEBUG_CHECKS";
+    using obj = mutex_object<spindle::cqs_mutex>;
+    spindle::test::last_reference_scenario<obj>(GetParam(), race_point::semaphore_release_matched,
+                                                race_point::semaphore_release_matched);
+    spindle::test::last_reference_scenario<obj>(GetParam(), race_point::semaphore_release_matched,
+                                                race_point::semaphore_release_matched,
+                                                {.block_after_holder = true});
+}
+
+}  // namespace

@@ -16,6 +16,7 @@
 #include <spindle/sync/counting_semaphore.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 #include "../support/thread_state.hpp"
 
 namespace {
@@ -487,5 +488,94 @@ TEST(Semaphore, DestroyedRightAfterAcquireReturns) {
     stop_noise.store(true);
     for (auto& t : noise) t.join();
 }
+
+}  // namespace
+
+// ---- the last reference releases and frees ---------------------------------
+//
+// (tests/support/last_reference.hpp.) An object holds a semaphore used as a
+// lock (one permit) or as a gate of a few permits, and a count of
+// references to itself; whoever drops the last one deletes the object once
+// its own release returned -- while the release that let it in may not
+// have returned yet.
+
+namespace {
+
+struct sem_object : counted_object<sem_object> {
+    explicit sem_object(int n) : refs(n) {}
+    spindle::binary_semaphore sem{1};
+    int refs;  // guarded by sem
+
+    const void* primitive() const { return &sem; }  // its core, which the race points name
+    void hold() { sem.acquire(); }
+    void unhold() { sem.release(); }
+    bool enter(std::stop_token st) { return sem.acquire(std::move(st)); }
+    bool try_enter() { return sem.try_acquire(); }
+    void enter() { sem.acquire(); }
+    void leave() { sem.release(); }
+    int drop() { return --refs; }
+};
+
+class SemaphoreLastReference : public ::testing::TestWithParam<party_kind> {};
+
+// H releases the permit to W, who waits for it. Right after H's FAA has
+// counted W (and before H hands the permit over), W is cancelled; W then
+// tries to take a permit, drop the last reference, release and delete the
+// object before H goes on. The permit is H's to hand over until H is done
+// with the semaphore: W gets it from H's refused resume -- or from the word,
+// if W asks again only once H has returned.
+TEST_P(SemaphoreLastReference, ReleaseMatchedToACancelledWaiterIsDoneBeforeThePermitIsFree) {
+    if (!race_points_enabled) GTEST_SKIP() << "race points exist only with SPINDLE_DEBUG_CHECKS";
+    last_reference_scenario<sem_object>(GetParam(), race_point::semaphore_release_matched,
+                                        race_point::semaphore_release_matched);
+    last_reference_scenario<sem_object>(GetParam(), race_point::semaphore_release_matched,
+                                        race_point::semaphore_release_matched, {.block_after_holder = true});
+}
+
+INSTANTIATE_TEST_SUITE_P(Holders, SemaphoreLastReference,
+                         ::testing::Values(party_kind::fiber, party_kind::thread), party_name);
+
+// Three permits. Each party takes one (timed waits of a few microseconds,
+// retried, or acquire(stop_token) with a token nobody stops), drops its
+// reference, and releases; the last one takes the other two permits as
+// well -- so every other release has let its permit go -- gives all three
+// back and deletes the object.
+struct gate_object : counted_object<gate_object> {
+    static constexpr int permits = 3;
+    explicit gate_object(int n) : refs(n) {}
+    spindle::counting_semaphore<permits> sem{permits};
+    std::atomic<int> refs;
+};
+
+void take_one(gate_object& o, std::minstd_rand& rng) {
+    if (rng() % 4 == 0) {
+        std::stop_source never;
+        EXPECT_TRUE(o.sem.acquire(never.get_token()));
+        return;
+    }
+    while (!o.sem.try_acquire_for(short_timeout(rng))) {
+    }
+}
+
+class SemaphoreLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(SemaphoreLastReferenceStress, TimedAcquiresRaceTheLastRelease) {
+    const unsigned workers = GetParam();
+    run_chain<gate_object>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                           [](gate_object& o, std::minstd_rand& rng) {
+                               linger(rng);
+                               take_one(o, rng);
+                               linger(rng);
+                               if (o.refs.fetch_sub(1) != 1) {
+                                   o.sem.release();
+                                   return;
+                               }
+                               for (int k = 1; k < gate_object::permits; ++k) take_one(o, rng);
+                               o.sem.release(gate_object::permits);
+                               delete &o;
+                           });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, SemaphoreLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace

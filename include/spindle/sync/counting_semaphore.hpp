@@ -44,21 +44,36 @@
 // timer) finds its cell BROKEN and queues again at the tail.
 //
 // Cancellation (a timeout or stop request) is the paper's smart mode
-// (Listing 5): the cancelled waiter gives its decrement back,
-// FAA(count_, +1) = c; c < 0: its cell becomes CANCELLED and resumes skip it
-// in O(1); c >= 0: a release has already counted this waiter and its resume
-// is on the way: the cell becomes REFUSE. The increment itself returned the
-// released permit to the word (c + 1 >= 1), so the refused resume has nothing
-// left to do (complete_refused_resume is empty).
+// (Listing 5), with one change: the cancelled waiter gives its decrement
+// back only while others are still counted, CAS(count_, c, c + 1) while
+// c < 0: its cell becomes CANCELLED and resumes skip it in O(1). c >= 0: a
+// release has already counted this waiter and its resume is on the way:
+// the cell becomes REFUSE and the word is left alone. The permit is still
+// that release's, and it gives it back itself when its resume reaches the
+// refused cell (complete_refused_resume: FAA(count_, +1), handed on if
+// someone is counted by then), as its last access to the semaphore. (The
+// paper's waiter puts it back in the word with its own increment; another
+// party could then take it, finish with the semaphore and destroy it while
+// the release is still on its way to the cell.)
+//
+// The last access. Every release's last access to the semaphore is the
+// step that makes a permit available: its FAA when nobody is counted, the
+// resume that hands the permit to a counted waiter (which cannot leave
+// before the resume is done; see cqs.hpp), or complete_refused_resume's
+// FAA. Until then the permit is nobody else's, so nobody can end a use of
+// the semaphore that needs it and destroy the semaphore meanwhile.
 //
 // Resumption is synchronous, so that try_acquire is exact: a release never
 // leaves a permit waiting in the queue for an acquirer that has decremented
 // but not yet parked. If that acquirer does not reach its cell within a
 // short spin, the release breaks the cell and puts its permit back in the
 // word (and hands it on if someone waits); the acquirer finds BROKEN and
-// announces itself again. One transient remains, from the queue (see
-// cqs.hpp): a permit delegated to a waiter that is being cancelled sits in
-// its cell until that waiter's handler passes it on.
+// announces itself again. Two transients remain: a permit delegated to a
+// waiter that is being cancelled sits in its cell until that waiter's
+// handler passes it on (from the queue, see cqs.hpp), and a permit refused
+// by a cancelled waiter is out of the word until its release's resume
+// reaches the refused cell (a few steps, unless that release's thread is
+// preempted).
 //
 // Contract:
 //
