@@ -51,6 +51,12 @@ channel_core::~channel_core() {
     if (closed) {
         while (!close_done_.load(std::memory_order_acquire)) this_fiber::yield();
     }
+    // A receiver may destroy it while the send that published its element
+    // still wakes a receiver or settles (publish_work). Whoever destroys it
+    // took lock_ after that send's publish (directly, or through the
+    // operation that completed its own), so it sees the send counted.
+    // acquire pairs with publish_work()'s final release decrement.
+    while (busy_.load(std::memory_order_acquire) != 0) this_fiber::yield();
 #if SPINDLE_DEBUG_CHECKS
     // relaxed (both): quiescent by contract; a waiter still counted is the
     // misuse. A receiver is counted in items_ before it reaches the queue:
@@ -85,6 +91,15 @@ std::size_t channel_core::size() const noexcept {
 }
 
 // ---- permits --------------------------------------------------------------
+
+void channel_core::publish_work(std::int64_t w) noexcept {
+    SPINDLE_RACE_POINT(this, race_point::channel_publish_matched);
+    if (w < -1) wake_receiver();  // count < 0: receivers counted
+    if (has_pending(w)) settle();
+    // (busy): b -> b - 1, our last access to the channel. release pairs with
+    // the destructor's acquire load.
+    busy_.fetch_sub(1, std::memory_order_release);
+}
 
 void channel_core::wake_receiver() noexcept {
     // The oldest counted receiver gets the permit just published (or, if it
@@ -208,8 +223,9 @@ channel_status channel_core::send_slow(void* elem, std::chrono::steady_clock::ti
     }
     if (size_ < capacity_) {  // room appeared meanwhile
         push_locked(elem);
+        const std::int64_t w = publish_locked();
         lock_.unlock();
-        publish();
+        if (has_work(w)) publish_work(w);
         return channel_status::ok;
     }
     // relaxed: lock_, which cancel_send takes too, orders it with the store
@@ -219,8 +235,9 @@ channel_status channel_core::send_slow(void* elem, std::chrono::steady_clock::ti
         return on_cancel;
     }
     sendq_.push_back(&s.node);
+    const std::int64_t w = publish_locked();  // our element is in storage now: its permit
     lock_.unlock();
-    publish();  // our element is in storage now: its permit
+    if (has_work(w)) publish_work(w);
     return wait_as_sender(s, &guard);
 }
 
@@ -232,8 +249,9 @@ channel_status channel_core::try_send(void* elem) noexcept {
     }
     if (size_ < capacity_) {
         push_locked(elem);
+        const std::int64_t w = publish_locked();
         lock_.unlock();
-        publish();
+        if (has_work(w)) publish_work(w);
         return channel_status::ok;
     }
     // No room. Only a waiting receiver can take it now. relaxed: a hint; if
@@ -258,8 +276,9 @@ channel_status channel_core::try_send(void* elem) noexcept {
         items_.fetch_sub(pending_flag, std::memory_order_relaxed);
     }
     pend_link_locked(&s);
+    const std::int64_t w = publish_locked();  // has work: our own flag is set
     lock_.unlock();
-    publish();
+    if (has_work(w)) publish_work(w);
     return wait_as_sender(s, nullptr);
 }
 
@@ -339,9 +358,9 @@ void channel_core::cancel_send(wait_node* n) noexcept {
             withdrawn = true;
         } else {
             // Every element in storage is promised to a receiver already
-            // woken (or our permit is not published yet): ours will be taken
-            // and the send completes with ok -- unless a permit comes back
-            // first, whose FAA then sees the flag and settles us.
+            // woken: ours will be taken and the send completes with ok --
+            // unless a permit comes back first, whose FAA then sees the flag
+            // and settles us.
             ch->pend_link_locked(s);
         }
     }

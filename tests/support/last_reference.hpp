@@ -313,7 +313,7 @@ inline void linger(std::minstd_rand& rng) {
 // a gate, spinning), so fewer rounds the more workers.
 #if SPINDLE_TSAN || SPINDLE_ASAN
 inline constexpr int chain_fibers = 12;
-inline int chain_rounds(unsigned workers) { return 120 / static_cast<int>(workers) + 10; }
+inline int chain_rounds(unsigned workers) { return 80 / static_cast<int>(workers) + 8; }
 #else
 inline constexpr int chain_fibers = 24;
 inline int chain_rounds(unsigned workers) { return 600 / static_cast<int>(workers) + 20; }

@@ -24,6 +24,7 @@
 #include <spindle/sync/channel.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 #include "../support/thread_state.hpp"
 
 namespace {
@@ -875,5 +876,115 @@ TEST(ChannelDeathTest, CapacityAboveTheMaximumAborts) {
                  "spindle::channel 0x[0-9a-f]+: capacity [0-9]+ above max_capacity\\(\\)");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference receives and frees ---------------------------------
+//
+// (tests/support/last_reference.hpp.) A channel may be destroyed by a
+// caller whose operation returned while the operation that completed it is
+// still leaving: a receiver right after its receive, though the send that
+// published its element has not returned.
+
+namespace {
+
+// A channel of capacity 1 passing one token: whoever holds the token holds
+// the object's lock; a count of references guarded by it.
+struct token_channel : counted_object<token_channel> {
+    explicit token_channel(int n) : refs(n) { EXPECT_EQ(ch.send(1), channel_status::ok); }
+    channel<int> ch{1};
+    int refs;  // guarded by the token
+
+    const void* primitive() const { return &ch; }  // its core, which the race points name
+    void hold() { EXPECT_TRUE(ch.receive().ok()); }
+    void unhold() { EXPECT_EQ(ch.send(1), channel_status::ok); }
+    bool enter(std::stop_token st) { return ch.receive(std::move(st)).ok(); }
+    bool try_enter() { return ch.try_receive().ok(); }
+    void enter() { EXPECT_TRUE(ch.receive().ok()); }
+    void leave() { EXPECT_EQ(ch.send(1), channel_status::ok); }
+    int drop() { return --refs; }
+};
+
+class ChannelLastReference : public ::testing::TestWithParam<party_kind> {};
+
+// H sends the token back while W waits to receive it. Right after H's FAA
+// counted W (before H wakes it), W is cancelled; W then takes the token if
+// it can, drops the last reference, sends the token back and deletes the
+// channel before H goes on. H must not touch the channel after that -- or
+// the channel's destructor must wait until H has left it.
+TEST_P(ChannelLastReference, PublishMatchedToACancelledReceiverLeavesTheChannelAlone) {
+    if (!race_points_enabled) GTEST_SKIP() << "race points exist only with SPINDLE_DEBUG_CHECKS";
+    last_reference_scenario<token_channel>(GetParam(), race_point::channel_publish_matched,
+                                           race_point::channel_publish_matched, {.delete_waits = true});
+    last_reference_scenario<token_channel>(GetParam(), race_point::channel_publish_matched,
+                                           race_point::channel_publish_matched,
+                                           {.block_after_holder = true, .delete_waits = true});
+}
+
+INSTANTIATE_TEST_SUITE_P(Holders, ChannelLastReference,
+                         ::testing::Values(party_kind::fiber, party_kind::thread), party_name);
+
+class ChannelLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+// The token channel over a chain: timed receives of a few microseconds
+// (retried) race the sends that pass the token on; the last holder deletes.
+TEST_P(ChannelLastReferenceStress, TimedReceivesRaceTheLastSend) {
+    const unsigned workers = GetParam();
+    run_chain<token_channel>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                             [](token_channel& o, std::minstd_rand& rng) {
+                                 linger(rng);
+                                 while (!o.ch.receive_for(short_timeout(rng)).ok()) {
+                                 }
+                                 linger(rng);
+                                 const bool last = --o.refs == 0;
+                                 EXPECT_EQ(o.ch.send(1), channel_status::ok);
+                                 if (last) delete &o;
+                             });
+}
+
+// Half the parties send one element each, half receive one, all with timed
+// waits of a few microseconds (retried). Only receivers hold references:
+// once every element is received every send has completed, so the last
+// receiver deletes the channel as soon as its receive returns -- while
+// sends, settles of cancelled senders and wake-ups may still be leaving.
+template <std::size_t Capacity>
+struct flow_channel : counted_object<flow_channel<Capacity>> {
+    explicit flow_channel(int parties) : receivers(parties / 2) { EXPECT_EQ(parties % 2, 0); }
+    channel<int> ch{Capacity};
+    std::atomic<int> receivers;
+    std::atomic<int> turn{0};  // even: a sender next, odd: a receiver
+};
+
+template <std::size_t Capacity>
+void flow_pass(flow_channel<Capacity>& o, std::minstd_rand& rng, bool sender) {
+    linger(rng);
+    if (sender) {
+        for (;;) {
+            const channel_status s = o.ch.send_for(7, short_timeout(rng));
+            if (s == channel_status::ok) return;
+            EXPECT_EQ(s, channel_status::timeout);
+        }
+    }
+    while (!o.ch.receive_for(short_timeout(rng)).ok()) {
+    }
+    if (o.receivers.fetch_sub(1) == 1) delete &o;
+}
+
+template <std::size_t Capacity>
+void run_flow(unsigned workers) {
+    using obj = flow_channel<Capacity>;
+    // Parties alternate between senders and receivers by the order they
+    // reach each object: as many of each (the parties are even).
+    run_chain<obj>(workers, chain_fibers, chain_threads, chain_rounds(workers), [](obj& o, std::minstd_rand& rng) {
+        flow_pass(o, rng, o.turn.fetch_add(1) % 2 == 0);
+    });
+}
+
+TEST_P(ChannelLastReferenceStress, TimedSendsAndReceivesRaceTheLastReceive) {
+    run_flow<0>(GetParam());
+    run_flow<2>(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, ChannelLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace

@@ -63,12 +63,12 @@
 //     counted", and one FAA returns the count, the flag and closedness at
 //     once.
 //
-// Invariants while open (E: elements in storage; P: receivers holding a
-// permit that have not taken yet; U: queued senders that have not published
-// their permit yet):
+// Invariants while open and lock_ is free (E: elements in storage; P:
+// receivers holding a permit that have not taken yet). A send publishes its
+// element's permit in the lock_ section that stores the element:
 //
-//     max(i, 0) + P = E - U        every published permit has its element
-//     i < 0  =>  P = E - U         receivers wait only when all is promised
+//     max(i, 0) + P = E            every published permit has its element
+//     i < 0  =>  P = E             receivers wait only when all is promised
 //     sendq_ non-empty  =>  ring full
 //     pending  <=>  pend_head_ != null
 //
@@ -80,7 +80,7 @@
 //
 //     send(e):    lock_. closed_: closed. ring has room: push e. Else queue
 //                 at the tail of sendq_ (e stays in the caller's argument).
-//                 unlock_. (items) i -> i + 1; i < 0: resume the oldest
+//                 (items) i -> i + 1. unlock_. i < 0: resume the oldest
 //                 receiver (with the channel's handoff policy). Queued: park
 //                 until a receiver takes e (ok), or a cancel or close()
 //                 takes e back out (cancelled / timeout / closed).
@@ -111,8 +111,9 @@
 // takes their element wakes them. What receivers wait for -- a permit for
 // the oldest element -- is interchangeable, which is the CQS semaphore
 // unchanged: FIFO, O(1) smart cancellation, elimination, handoff policies.
-// The lock is held for one move of T and a few index updates, never across a
-// park, a wake-up or a cqs call; a receiver's counting is a lock-free FAA.
+// The lock is held for one move of T, a few index updates and a send's FAA,
+// never across a park, a wake-up or a cqs call; a receiver's counting is a
+// lock-free FAA.
 //
 // Fairness: FIFO for elements, for waiting senders (sendq_) and for waiting
 // receivers (the cqs: a permit goes to the oldest waiter, never back to the
@@ -133,14 +134,13 @@
 // A waiting sender (its timer or stop callback, under lock_): it may take its
 // element back out of sendq_ only together with a permit, (items) i -> i - 1
 // while i > 0, so that every permit keeps an element. If none is free, every
-// stored element is promised to a receiver already woken (or the sender has
-// not published its own permit yet): in the same CAS it sets the pending
-// flag, and the request waits in the pending list; the send completes with ok
-// when its element is taken -- unless a permit comes back first: one
-// published late, or one put back by a woken receiver that was cancelled and
-// refused. Their FAA returns the flag with the count, so they settle pending
-// requests (settle(): oldest first, one per free permit); one word, so no
-// permit can slip past a request unseen.
+// stored element is promised to a receiver already woken: in the same CAS it
+// sets the pending flag, and the request waits in the pending list; the send
+// completes with ok when its element is taken -- unless a permit comes back
+// first: one that a later send publishes, or one put back by a woken receiver
+// that was cancelled and refused. Their FAA returns the flag with the count,
+// so they settle pending requests (settle(): oldest first, one per free
+// permit); one word, so no permit can slip past a request unseen.
 //
 // A waiting sender's record carries a claim word (channel_claim): its timer
 // or stop callback touches the channel only after winning it, and whoever
@@ -148,8 +148,21 @@
 // the canceller that won it -- before the wake-up that lets the sender
 // return. So when an operation returns, nothing of the operation that
 // completed it is still inside the channel, except code that the cqs itself
-// waits for (a resume's last steps) and close() (waited for by the
-// destructor); see "Undefined" below.
+// waits for (a resume's last steps), a send's work after its publish and
+// close() (both waited for by the destructor); see "Undefined" below.
+//
+// The last access. A send's FAA publishes its permit: from then on a
+// receiver may take the element, return and destroy the channel. If the FAA
+// found no receiver counted and no cancel pending it is the send's last
+// access. Otherwise the send still has to wake a receiver or settle pending
+// cancels, and a receiver need not wait for that: the receiver counted may
+// be cancelled and refuse (its increment puts the permit back in the word,
+// where anyone may take it), or the receiver woken may complete the very
+// sender that settles. So such a send counts itself in busy_ in the lock_
+// section of its FAA -- everyone who can take its element or its permit
+// takes lock_ after it, and so sees the count -- and its decrement, after
+// the wake-up and the settling, is its last access; the destructor waits
+// for busy_ to drop to 0.
 //
 // Handoff (sync/handoff.hpp): a receiver woken by a send, and a sender woken
 // by the receive that took its element, are woken with the channel's policy,
@@ -207,9 +220,10 @@
 // while any other operation is running or about to start. A caller whose
 // operation returned may destroy it at once even if the operation that
 // completed it has not returned yet -- a receiver right after its receive,
-// though the send that published the element is still leaving; a caller
-// close() woke, though close() is still waking others (the destructor waits
-// for it). Elements still buffered are destroyed with the channel.
+// though the send that published the element is still leaving (the
+// destructor waits for it); a caller close() woke, though close() is still
+// waking others (likewise). Elements still buffered are destroyed with the
+// channel.
 #pragma once
 
 #include <atomic>
@@ -352,8 +366,10 @@ public:
         }
         if (size_ < capacity_) [[likely]] {  // room (so sendq_ is empty: see the invariants)
             push_locked(elem);
+            const std::int64_t w = publish_locked();
             lock_.unlock();
-            publish();
+            if (has_work(w)) [[unlikely]]
+                publish_work(w);
             return channel_status::ok;
         }
         lock_.unlock();
@@ -364,7 +380,7 @@ public:
 
     channel_status receive(void* result, std::chrono::steady_clock::time_point deadline, std::stop_token* st,
                            channel_status on_cancel) noexcept {
-        // (items): w -> w - permit. acquire pairs with publish()'s release
+        // (items): w -> w - permit. acquire pairs with publish_locked()'s release
         // FAA: the push of the element this permit stands for happens before
         // our take() (and, on a closed word, with close()'s acq_rel FAA).
         const std::int64_t w = items_.fetch_sub(permit, std::memory_order_acquire);
@@ -442,25 +458,34 @@ private:
         --size_;
     }
 
-    // One element entered storage: publish its permit. The FAA may be the
-    // last touch of the channel (a receiver may take the element and destroy
-    // the channel right after it): what follows runs only when a receiver
-    // waits for the resume (the queue then outlives it: see cqs.hpp) or a
-    // sender waits to be settled (so destroying the channel is not allowed).
-    void publish() noexcept {
+    // Whether a publish that found `w` has work left after its FAA: wake a
+    // counted receiver (count < 0), or settle a pending cancel. A closed word
+    // never: close() woke everyone, and receivers drain by take(). (A send
+    // checks closed_ under lock_, and close() flags the word only after it
+    // set closed_, so a publish never meets a closed word; the test is
+    // cheap insurance.)
+    static bool has_work(std::int64_t w) noexcept { return !is_closed(w) && (w < -1 || has_pending(w)); }
+
+    // One element entered storage: publish its permit, in the same lock_
+    // section (see "The last access" above). Returns the word before the FAA;
+    // if it has work (has_work), the caller runs publish_work after
+    // unlocking, which the busy_ count taken here keeps the channel alive
+    // for.
+    std::int64_t publish_locked() noexcept SPINDLE_REQUIRES(lock_) {
         // (items): w -> w + permit. release pairs with the acquire of the
-        // receiver that takes this permit: our push under lock_ happens
-        // before its take().
+        // receiver that takes this permit: our push happens before its take().
         const std::int64_t w = items_.fetch_add(permit, std::memory_order_release);
-        if (is_closed(w)) [[unlikely]]
-            return;  // close() woke everyone; receivers drain by take()
-        if (w < -1 || has_pending(w)) [[unlikely]]
-            SPINDLE_RACE_POINT(this, race_point::channel_publish_matched);
-        if (w < -1) [[unlikely]]  // count < 0: receivers counted
-            wake_receiver();
-        if (has_pending(w)) [[unlikely]]
-            settle();
+        // (busy): b -> b + 1. relaxed: lock_'s release, next, carries it to
+        // everyone who takes our element or permit (they take lock_ after
+        // us), hence to a destructor they run.
+        if (has_work(w)) [[unlikely]]
+            busy_.fetch_add(1, std::memory_order_relaxed);
+        return w;
     }
+
+    // A publish's work after lock_: wake the receiver our permit went to,
+    // settle pending cancels; then drop our busy_ count, our last access.
+    SPINDLE_NOINLINE void publish_work(std::int64_t w) noexcept;
 
     channel_status take(void* result) noexcept {
         lock_.lock();
@@ -512,6 +537,10 @@ private:
     // Set by close() as its last access to the channel (release); the
     // destructor of a closed channel waits for it (acquire).
     std::atomic<bool> close_done_{false};
+    // Sends between a publish that found work (publish_locked) and the end
+    // of that work (publish_work); the destructor waits for 0. Counted in
+    // publish's lock_ section, dropped (release) as the send's last access.
+    std::atomic<std::uint32_t> busy_{0};
 #if SPINDLE_DEBUG_CHECKS
     // Receivers inside a wait (relaxed: a misuse check). Waiting senders
     // are the ones in sendq_.
