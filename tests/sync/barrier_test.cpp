@@ -16,6 +16,7 @@
 #include <spindle/sync/barrier.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 
 namespace {
 
@@ -359,5 +360,51 @@ TEST(BarrierDeathTest, DestroyingWithWaitersAborts) {
         "spindle::barrier 0x[0-9a-f]+ destroyed with 1 waiters");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference frees ----------------------------------------------
+//
+// (tests/support/last_reference.hpp.) A party whose wait returned may
+// destroy the barrier at once, even while the last arriver still runs the
+// completion or resumes the others.
+
+namespace {
+
+// One phase per object. Every party arrives once; every other one (and the
+// first) then waits on its token with timed waits of a few microseconds,
+// retried, and holds a reference; the rest leave right after arriving. The
+// last waiter deletes the barrier as soon as its wait returned.
+struct barrier_object : counted_object<barrier_object> {
+    struct on_completion {
+        barrier_object* self;
+        void operator()() noexcept { self->completions.fetch_add(1, std::memory_order_relaxed); }
+    };
+    explicit barrier_object(int n) : b(n, on_completion{this}), waiters((n + 1) / 2) {}
+    // The completion ran once, before any waiter was released.
+    ~barrier_object() { EXPECT_EQ(completions.load(std::memory_order_relaxed), 1); }
+    std::atomic<int> completions{0};
+    spindle::barrier<on_completion> b;
+    std::atomic<int> waiters;
+    std::atomic<int> turn{0};
+};
+
+class BarrierLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(BarrierLastReferenceStress, TimedWaitsRaceTheCompletingArrival) {
+    const unsigned workers = GetParam();
+    run_chain<barrier_object>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                              [](barrier_object& o, std::minstd_rand& rng) {
+                                  const bool waits = o.turn.fetch_add(1) % 2 == 0;
+                                  linger(rng);
+                                  auto token = o.b.arrive();
+                                  if (!waits) return;
+                                  while (!o.b.wait_for(token, short_timeout(rng))) {
+                                  }
+                                  if (o.waiters.fetch_sub(1) == 1) delete &o;
+                              });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, BarrierLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace

@@ -29,6 +29,7 @@
 
 #include "../support/cv_storm.hpp"
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 
 namespace {
 
@@ -247,5 +248,47 @@ TEST(CondVarAnyDeathTest, DestroyingWithWaitersAborts) {
         "spindle::condition_variable_any 0x[0-9a-f]+ destroyed while fibers or threads wait on it");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference unlocks and frees ----------------------------------
+//
+// (tests/support/last_reference.hpp.) As condition_variable's test, with a
+// cqs_mutex: each party arrives under the lock, waits (timed, a few
+// microseconds) for the others or not, notifies, drops its reference and
+// unlocks; the last one deletes the object right after its unlock returns.
+
+namespace {
+
+struct cv_any_object : counted_object<cv_any_object> {
+    explicit cv_any_object(int n) : refs(n), parties(n) {}
+    spindle::cqs_mutex m;
+    condition_variable_any cv;
+    int refs;         // guarded by m
+    const int parties;
+    int arrived = 0;  // guarded by m
+};
+
+class CondVarAnyLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(CondVarAnyLastReferenceStress, TimedWaitsRaceTheLastUnlock) {
+    const unsigned workers = GetParam();
+    run_chain<cv_any_object>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                             [](cv_any_object& o, std::minstd_rand& rng) {
+                                 linger(rng);
+                                 std::unique_lock lk(o.m);
+                                 if (++o.arrived == o.parties) o.cv.notify_all();
+                                 else if (rng() % 2 == 0)
+                                     (void)o.cv.wait_for(lk, short_timeout(rng),
+                                                         [&] { return o.arrived == o.parties; });
+                                 linger(rng);
+                                 const bool last = --o.refs == 0;
+                                 if (rng() % 2 == 0) o.cv.notify_one();
+                                 lk.unlock();
+                                 if (last) delete &o;
+                             });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, CondVarAnyLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace

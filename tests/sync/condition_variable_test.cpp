@@ -27,6 +27,7 @@
 
 #include "../support/cv_storm.hpp"
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 
 namespace {
 
@@ -362,5 +363,49 @@ TEST(CondVarDeathTest, MisuseAborts) {
         "spindle::condition_variable 0x[0-9a-f]+: waits with two different mutexes");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference unlocks and frees ----------------------------------
+//
+// (tests/support/last_reference.hpp.) An object holds a mutex, a condition
+// variable and a count of references guarded by the mutex. Each party
+// arrives under the mutex, waits (timed, a few microseconds) for all to
+// have arrived or not, notifies some or all, drops its reference and
+// unlocks; the last one deletes the object -- mutex, condition variable
+// and all -- right after its unlock returns, while timeouts race the
+// notifies, the wait morphing and the handoffs.
+
+namespace {
+
+struct cv_object : counted_object<cv_object> {
+    explicit cv_object(int n) : refs(n), parties(n) {}
+    spindle::mutex m;
+    condition_variable cv;
+    int refs;         // guarded by m
+    const int parties;
+    int arrived = 0;  // guarded by m
+};
+
+class CondVarLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(CondVarLastReferenceStress, TimedWaitsRaceTheLastUnlock) {
+    const unsigned workers = GetParam();
+    run_chain<cv_object>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                         [](cv_object& o, std::minstd_rand& rng) {
+                             linger(rng);
+                             std::unique_lock lk(o.m);
+                             if (++o.arrived == o.parties) o.cv.notify_all();
+                             else if (rng() % 2 == 0)
+                                 (void)o.cv.wait_for(lk, short_timeout(rng), [&] { return o.arrived == o.parties; });
+                             linger(rng);
+                             const bool last = --o.refs == 0;
+                             if (rng() % 2 == 0) o.cv.notify_one();
+                             lk.unlock();
+                             if (last) delete &o;
+                         });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, CondVarLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <spindle/sync/event.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 
 namespace {
 
@@ -695,5 +696,65 @@ TEST(EventDeathTest, DestroyingWithWaitersAborts) {
         "spindle::event 0x[0-9a-f]+ \\(automatic\\) destroyed with 2 waiters");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference frees ----------------------------------------------
+//
+// (tests/support/last_reference.hpp.) A caller whose wait returned may
+// destroy the event at once, even while the set() that released it is
+// still inside.
+
+namespace {
+
+// An automatic event used as a lock (set: free), guarding a count of
+// references to the object: timed waits of a few microseconds, retried,
+// race the set() that hands the signal over; the last party deletes the
+// object right after its set() returns.
+struct event_lock : counted_object<event_lock> {
+    explicit event_lock(int n) : refs(n) {}
+    event ev{event_reset::automatic, true};
+    int refs;  // guarded by the signal
+};
+
+// A manual event as a door: the first party to reach the object opens it
+// and leaves (no reference); the others wait for it with timed waits,
+// retried, and hold a reference each. The last of them deletes the object
+// as soon as its wait returned, while set() may still be waking the rest.
+struct event_door : counted_object<event_door> {
+    explicit event_door(int n) : waiters(n - 1) {}
+    event ev{event_reset::manual};
+    std::atomic<int> waiters;
+    std::atomic<int> turn{0};
+};
+
+class EventLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(EventLastReferenceStress, TimedWaitsRaceTheLastSet) {
+    const unsigned workers = GetParam();
+    run_chain<event_lock>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                          [](event_lock& o, std::minstd_rand& rng) {
+                              linger(rng);
+                              while (!o.ev.wait_for(short_timeout(rng))) {
+                              }
+                              linger(rng);
+                              const bool last = --o.refs == 0;
+                              o.ev.set();
+                              if (last) delete &o;
+                          });
+    run_chain<event_door>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                          [](event_door& o, std::minstd_rand& rng) {
+                              if (o.turn.fetch_add(1) == 0) {
+                                  linger(rng);
+                                  o.ev.set();
+                                  return;
+                              }
+                              while (!o.ev.wait_for(short_timeout(rng))) {
+                              }
+                              if (o.waiters.fetch_sub(1) == 1) delete &o;
+                          });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, EventLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <spindle/sync/latch.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 
 namespace {
 
@@ -268,5 +269,44 @@ TEST(LatchDeathTest, DestroyingWithWaitersAborts) {
         "spindle::latch 0x[0-9a-f]+ destroyed with 1 waiters");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference frees ----------------------------------------------
+//
+// (tests/support/last_reference.hpp.) A caller whose wait returned may
+// destroy the latch at once, even while the count_down that opened it is
+// still resuming others.
+
+namespace {
+
+// Every party counts down once. Every other one (and the first) then waits
+// with timed waits of a few microseconds, retried, and holds a reference;
+// the rest leave right after their count_down. The last waiter deletes the
+// latch as soon as its wait returned.
+struct latch_object : counted_object<latch_object> {
+    explicit latch_object(int n) : l(n), waiters((n + 1) / 2) {}
+    spindle::latch l;
+    std::atomic<int> waiters;
+    std::atomic<int> turn{0};
+};
+
+class LatchLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(LatchLastReferenceStress, TimedWaitsRaceTheOpeningCountDown) {
+    const unsigned workers = GetParam();
+    run_chain<latch_object>(workers, chain_fibers, chain_threads, chain_rounds(workers),
+                            [](latch_object& o, std::minstd_rand& rng) {
+                                const bool waits = o.turn.fetch_add(1) % 2 == 0;
+                                linger(rng);
+                                o.l.count_down();
+                                if (!waits) return;
+                                while (!o.l.wait_for(short_timeout(rng))) {
+                                }
+                                if (o.waiters.fetch_sub(1) == 1) delete &o;
+                            });
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, LatchLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace

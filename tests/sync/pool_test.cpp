@@ -23,6 +23,7 @@
 #include <spindle/sync/pool.hpp>
 
 #include "../support/fiber_fixtures.hpp"
+#include "../support/last_reference.hpp"
 #include "../support/thread_state.hpp"
 
 namespace {
@@ -669,5 +670,48 @@ TEST(PoolDeathTest, DestroyingWithWaitersAborts) {
         "spindle::queue_pool 0x[0-9a-f]+ destroyed with 1 waiting takers");
 }
 #endif
+
+}  // namespace
+
+// ---- the last reference puts and frees -------------------------------------
+//
+// (tests/support/last_reference.hpp.) A pool of one element used as a lock,
+// guarding a count of references to the object: timed takes of a few
+// microseconds, retried, race the put() that hands the element to a waiting
+// taker; the last party deletes the pool right after its put() returns.
+
+namespace {
+
+template <class Pool>
+struct pool_lock : counted_object<pool_lock<Pool>> {
+    explicit pool_lock(int n) : refs(n) { p.put(1); }
+    Pool p{1};
+    int refs;  // guarded by holding the element
+};
+
+template <class Pool>
+void run_pool_chain(unsigned workers) {
+    using obj = pool_lock<Pool>;
+    run_chain<obj>(workers, chain_fibers, chain_threads, chain_rounds(workers), [](obj& o, std::minstd_rand& rng) {
+        linger(rng);
+        std::optional<std::uint32_t> e;
+        while (!(e = o.p.try_take_for(short_timeout(rng)))) {
+        }
+        EXPECT_EQ(*e, 1u);
+        linger(rng);
+        const bool last = --o.refs == 0;
+        o.p.put(*e);
+        if (last) delete &o;
+    });
+}
+
+class PoolLastReferenceStress : public ::testing::TestWithParam<unsigned> {};
+
+TEST_P(PoolLastReferenceStress, TimedTakesRaceTheLastPut) {
+    run_pool_chain<spindle::queue_pool<std::uint32_t>>(GetParam());
+    run_pool_chain<spindle::stack_pool<std::uint32_t>>(GetParam());
+}
+
+INSTANTIATE_TEST_SUITE_P(Workers, PoolLastReferenceStress, ::testing::ValuesIn(stress_workers), workers_name);
 
 }  // namespace
