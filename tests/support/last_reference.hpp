@@ -36,6 +36,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <random>
 #include <stop_token>
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include <spindle/sync/detail/race_point.hpp>
+#include <spindle/sync/latch.hpp>
 
 #include "fiber_fixtures.hpp"
 #include "thread_state.hpp"
@@ -278,15 +280,17 @@ void run_chain(unsigned workers, int fibers, int threads, int rounds, Pass pass)
     objs.reserve(static_cast<std::size_t>(rounds));
     for (int i = 0; i < rounds; ++i) objs.push_back(new Obj(parties));
     // Each object's parties meet at a gate first, so that they contend for
-    // it together instead of passing one after another.
-    std::vector<std::atomic<int>> gates(static_cast<std::size_t>(rounds));
+    // it together instead of passing one after another. A latch, not a
+    // spin: with more workers and threads than CPUs, parties spinning at
+    // the next gate would starve the ones still at work.
+    std::deque<spindle::latch> gates;
+    for (int i = 0; i < rounds; ++i) gates.emplace_back(parties);
     {
         scheduler sched(stress_options(workers));
         auto body = [&](int who) {
             std::minstd_rand rng(static_cast<unsigned>(who) * 2654435761u + 17u);
             for (std::size_t i = 0; i < objs.size(); ++i) {
-                gates[i].fetch_add(1);
-                while (gates[i].load() < parties) this_fiber::yield();
+                gates[i].arrive_and_wait();
                 pass(*objs[i], rng);
             }
         };
@@ -315,8 +319,8 @@ inline void linger(std::minstd_rand& rng) {
 inline constexpr int chain_fibers = 12;
 inline int chain_rounds(unsigned workers) { return 80 / static_cast<int>(workers) + 8; }
 #else
-inline constexpr int chain_fibers = 24;
-inline int chain_rounds(unsigned workers) { return 600 / static_cast<int>(workers) + 20; }
+inline constexpr int chain_fibers = 16;
+inline int chain_rounds(unsigned workers) { return 240 / static_cast<int>(workers) + 16; }
 #endif
 inline constexpr int chain_threads = 2;
 
