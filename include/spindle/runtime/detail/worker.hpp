@@ -245,7 +245,7 @@ struct alignas(arch::cache_line) worker {
 // a compiler-computed address of a thread-local would be the address on the
 // thread the fiber started on.
 SPINDLE_ALWAYS_INLINE worker* current_worker() noexcept {
-    return *SPINDLE_FRESH_TLS_ADDRESS(worker*, "spindle_tl_worker");
+    return SPINDLE_FRESH_TLS_LOAD(worker*, "spindle_tl_worker");
 }
 // Only the worker loop's thread sets it, before and after it runs fibers.
 SPINDLE_ALWAYS_INLINE void set_current_worker(worker* w) noexcept {
