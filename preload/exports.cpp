@@ -717,6 +717,10 @@ int child_spin_unlock(pthread_spinlock_t* l) noexcept {
 }
 
 int child_cond_destroy(pthread_cond_t* c) noexcept {
+    // A process-shared one's registered waiters may be live processes (the
+    // parent's threads among them): destroy waits for them to leave, as
+    // anywhere else; forgetting them would let a late leaver wrap the count.
+    if ((cond_flags(c) & cond_layout::process_shared) != 0) return g_child_parent->cond_destroy(c);
     if (!begin_reset(c)) return g_child_parent->cond_destroy(c);
     // Registered waiters can only be threads that did not survive the fork.
     // relaxed: no live thread uses c (begin_reset).

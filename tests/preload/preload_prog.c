@@ -1034,6 +1034,84 @@ static void test_fork_shared_spin(void) {
     munmap(sh, sizeof *sh);
 }
 
+/* A process-shared condition variable destroyed in a fork child while a
+ * waiter in another process has been woken but has not left yet (POSIX
+ * allows destroying it right after the broadcast). The library's fork-child
+ * mode forgets a private one's waiters (they did not survive the fork); a
+ * process-shared one's are live processes, and destroy must wait for them
+ * to leave as it does elsewhere -- else the late waiter's leaving would
+ * wrap the count it had zeroed, and it would touch memory its destroyer
+ * may reuse. The waiter is stopped (SIGSTOP) inside its wait, so the
+ * destroy cannot return until it is let go; whether the test sees a wrong
+ * early return depends on how soon it looks, never whether it passes. */
+struct shared_cond {
+    pthread_mutex_t m;
+    pthread_cond_t c;
+    atomic_int ready, go, destroying;
+};
+static void test_fork_shared_cond_destroy(void) {
+    struct shared_cond* sh =
+        mmap(NULL, sizeof *sh, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    CHECK(sh != MAP_FAILED);
+    pthread_mutexattr_t ma;
+    pthread_condattr_t ca;
+    CHECK_EQ(pthread_mutexattr_init(&ma), 0);
+    CHECK_EQ(pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED), 0);
+    CHECK_EQ(pthread_mutex_init(&sh->m, &ma), 0);
+    CHECK_EQ(pthread_condattr_init(&ca), 0);
+    CHECK_EQ(pthread_condattr_setpshared(&ca, PTHREAD_PROCESS_SHARED), 0);
+    CHECK_EQ(pthread_cond_init(&sh->c, &ca), 0);
+    pid_t waiter = fork();
+    CHECK(waiter >= 0);
+    if (waiter == 0) {
+        child_deadline();
+        int ok = pthread_mutex_lock(&sh->m) == 0;
+        atomic_store(&sh->ready, 1);
+        while (ok && !atomic_load(&sh->go)) ok = pthread_cond_wait(&sh->c, &sh->m) == 0;
+        ok &= pthread_mutex_unlock(&sh->m) == 0;
+        _exit(ok ? 0 : 1);
+    }
+    while (!atomic_load(&sh->ready)) sleep_ms(1);
+    /* Once we get the mutex, the waiter is inside its wait (registered). */
+    CHECK_EQ(pthread_mutex_lock(&sh->m), 0);
+    CHECK_EQ(pthread_mutex_unlock(&sh->m), 0);
+    CHECK_EQ(kill(waiter, SIGSTOP), 0);
+    int status;
+    CHECK_EQ(waitpid(waiter, &status, WUNTRACED), waiter);
+    CHECK(WIFSTOPPED(status));
+    pid_t destroyer = fork();
+    CHECK(destroyer >= 0);
+    if (destroyer == 0) {
+        child_deadline();
+        int ok = pthread_mutex_lock(&sh->m) == 0;
+        atomic_store(&sh->go, 1);
+        ok &= pthread_cond_broadcast(&sh->c) == 0;
+        ok &= pthread_mutex_unlock(&sh->m) == 0;
+        atomic_store(&sh->destroying, 1);
+        ok &= pthread_cond_destroy(&sh->c) == 0; /* waits for the stopped waiter */
+        _exit(ok ? 0 : 1);
+    }
+    while (!atomic_load(&sh->destroying)) sleep_ms(1);
+    for (int i = 0; i < 100; ++i) {
+        pid_t r = waitpid(destroyer, &status, WNOHANG);
+        CHECK(r >= 0);
+        if (r == destroyer) {
+            fprintf(stderr, "preload_prog [%s]: a fork child's pthread_cond_destroy of a "
+                            "process-shared condition variable returned while its woken waiter, "
+                            "another process, had not left\n", g_lock);
+            exit(1);
+        }
+        sleep_ms(2);
+    }
+    CHECK_EQ(kill(waiter, SIGCONT), 0);
+    wait_child(destroyer, "a fork child destroying a process-shared condition variable");
+    wait_child(waiter, "a process-shared condition variable's waiter in another process");
+    CHECK_EQ(pthread_condattr_destroy(&ca), 0);
+    CHECK_EQ(pthread_mutexattr_destroy(&ma), 0);
+    CHECK_EQ(pthread_mutex_destroy(&sh->m), 0);
+    munmap(sh, sizeof *sh);
+}
+
 /* ------------------------------------------------------------------------ */
 /* fork() in a multi-threaded process. */
 
@@ -2312,6 +2390,7 @@ int main(int argc, char** argv) {
     PART(test_spin);
     PART(test_process_shared);
     PART(test_fork_shared_spin);
+    PART(test_fork_shared_cond_destroy);
     PART(test_fork);
     PART(test_stress);
     PART(test_identity);
