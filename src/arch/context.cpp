@@ -6,6 +6,10 @@
 
 #include <atomic>
 
+// The setting this library was built with (arch/config.hpp): programs
+// compiled with the other one fail to link, naming it.
+extern "C" const char SPINDLE_CONFIG_TAG = 0;
+
 namespace spindle::arch::detail {
 
 __thread const eh_state* tl_eh_globals SPINDLE_TLS_NAME("spindle_tl_eh_globals")

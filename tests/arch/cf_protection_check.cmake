@@ -14,10 +14,11 @@
 # The preload library (x86-64) must not claim a shadow stack either.
 #
 #   cmake -DCXX=<compiler> [-DCXX_FLAGS=...] -DREADELF=<readelf> -DARCH=x86_64|aarch64
-#         -DROOT=<source dir> -DOUT=<dir> -DLIBS="<libspindle.a>;<libspindle_locks.a>"
+#         -DROOT=<source dir> -DOUT=<dir> -DBUILD_INCLUDE=<build dir>/include
+#         -DLIBS="<libspindle.a>;<libspindle_locks.a>"
 #         [-DPRELOAD=<libspindle_preload.so>] -P cf_protection_check.cmake
 cmake_minimum_required(VERSION 3.25)
-foreach(v CXX READELF ARCH ROOT OUT LIBS)
+foreach(v CXX READELF ARCH ROOT OUT BUILD_INCLUDE LIBS)
   if(NOT DEFINED ${v})
     message(FATAL_ERROR "cf_protection_check: -D${v}=... is required")
   endif()
@@ -60,7 +61,7 @@ endfunction()
 
 set(probe ${OUT}/cf_protection_probe.o)
 run("compiling the probe"
-    ${cxx} ${extra} -std=c++20 -O2 -DNDEBUG ${harden} -I${ROOT}/include
+    ${cxx} ${extra} -std=c++20 -O2 -DNDEBUG ${harden} -I${ROOT}/include -I${BUILD_INCLUDE}
     -c ${ROOT}/tests/arch/cf_protection_probe.cpp -o ${probe})
 set(link ${cxx} ${extra} ${harden} -nostartfiles -Wl,-e,spindle_cf_probe)
 
