@@ -30,5 +30,8 @@ for preset in aarch64-gcc aarch64-clang; do
   # The examples end to end, as a user would run them.
   qemu-aarch64 -L /usr/aarch64-linux-gnu "build/$preset/examples/example_hello_fibers" >/dev/null
   qemu-aarch64 -L /usr/aarch64-linux-gnu "build/$preset/examples/example_generator_hanoi" | grep -q "disk 3: peg 1 -> peg 3"
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "build/$preset/examples/example_ces_mutex" | grep -q "every counter at 160000"
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "build/$preset/examples/example_channel_pipeline" | grep -q "(right)"
+  qemu-aarch64 -L /usr/aarch64-linux-gnu "build/$preset/examples/example_cancellation" | grep -q "left everything usable"
   echo "aarch64: $preset built, tested under qemu-user"
 done
