@@ -12,10 +12,15 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
 #include <mutex>
+#include <optional>
 #include <stop_token>
 #include <thread>
 #include <vector>
@@ -137,10 +142,38 @@ void destroy_while_waited_on(T* p, Wait wait, Queued queued) {
     delete p;
 }
 
-// The same where the waiter cannot be seen queued: `settle` is given it.
+// Whether thread `tid` of this process sleeps in futex() now, from
+// /proc/self/task/<tid>/syscall; nullopt where that file cannot be read.
+inline std::optional<bool> sleeps_in_futex(pid_t tid) {
+    char path[64];
+    std::snprintf(path, sizeof path, "/proc/self/task/%d/syscall", static_cast<int>(tid));
+    std::FILE* f = std::fopen(path, "r");
+    if (f == nullptr) return std::nullopt;
+    long nr = -2;
+    const int got = std::fscanf(f, "%ld", &nr);  // "running" reads as no number
+    std::fclose(f);
+    return got == 1 && nr == SYS_futex;
+}
+
+// The same where the waiter cannot be seen queued from outside: deletes `p`
+// once the waiting thread sleeps in futex() (a plain thread's wait counts
+// itself before it parks there), and `settle` after that. A loaded machine
+// may take long to get there, which only delays the test; where /proc does
+// not show system calls, `settle` is all it waits.
 template <class T, class Wait>
 void destroy_while_waited_on(T* p, Wait wait, std::chrono::milliseconds settle) {
-    std::thread([p, wait] { wait(*p); }).detach();
+    std::atomic<pid_t> tid{0};
+    std::thread([p, wait, &tid] {
+        tid.store(static_cast<pid_t>(::syscall(SYS_gettid)));
+        wait(*p);
+    }).detach();
+    while (tid.load() == 0) std::this_thread::yield();
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (std::chrono::steady_clock::now() < give_up) {
+        const std::optional<bool> s = sleeps_in_futex(tid.load());
+        if (!s.has_value() || *s) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
     std::this_thread::sleep_for(settle);
     delete p;
 }
