@@ -1,4 +1,5 @@
-"""Unit tests of tools/bench.py's report logic and driver, on fake records.
+"""Unit tests of tools/bench.py (the package tools/spindle_bench/): its report
+logic and driver, on fake records.
 
 Run from the repository root:
 
@@ -10,7 +11,6 @@ bench.py on small shell scripts posing as suite programs.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import signal
@@ -23,8 +23,9 @@ import time
 import unittest
 from pathlib import Path
 
-BENCH_PY = Path(__file__).resolve().parent / "bench.py"
-REPO = BENCH_PY.parent.parent
+TOOLS = Path(__file__).resolve().parent
+BENCH_PY = TOOLS / "bench.py"
+REPO = TOOLS.parent
 
 try:  # the plots need it; Debian's /usr/bin/python3 has it (python3-matplotlib)
     import matplotlib  # noqa: F401
@@ -32,12 +33,20 @@ try:  # the plots need it; Debian's /usr/bin/python3 has it (python3-matplotlib)
 except ImportError:
     HAVE_MATPLOTLIB = False
 
-# Load bench.py by path (the repository's bench/ directory would shadow a
-# plain "import bench").
-_spec = importlib.util.spec_from_file_location("spindle_bench_tool", BENCH_PY)
-bench = importlib.util.module_from_spec(_spec)
-sys.modules[_spec.name] = bench  # dataclasses look the module up here
-_spec.loader.exec_module(bench)
+# The tool's package, tools/spindle_bench/, with its folder first on the
+# path, as bench.py puts it (the repository's bench/ folder must not be what
+# an import finds). A test names each function by its module
+# (bench.grouping.find_sweep), so that one that changes a module's constant
+# changes the one the code reads.
+sys.path.insert(0, str(TOOLS))
+import spindle_bench as bench  # noqa: E402
+import spindle_bench.formatting  # noqa: E402,F401
+import spindle_bench.grouping  # noqa: E402,F401
+import spindle_bench.plots  # noqa: E402,F401
+import spindle_bench.records  # noqa: E402,F401
+import spindle_bench.report  # noqa: E402,F401
+import spindle_bench.runner  # noqa: E402,F401
+import spindle_bench.targets  # noqa: E402,F401
 
 
 def rec(variant: str, median: float, *, suite: str = "switch",
@@ -124,24 +133,24 @@ def write_program(path: Path, body: str) -> None:
 
 class ValidationTest(unittest.TestCase):
     def test_valid_record(self):
-        self.assertIsNone(bench.validate_record(rec("spindle", 2.0)))
-        self.assertIsNone(bench.validate_record(
+        self.assertIsNone(bench.records.validate_record(rec("spindle", 2.0)))
+        self.assertIsNone(bench.records.validate_record(
             rec("spindle", 2.0, samples=[1.9, 2.0], note="x", reference=True)))
 
     def test_missing_and_bad_fields(self):
         r = rec("spindle", 2.0)
         del r["reps"]
-        self.assertIn("reps", bench.validate_record(r))
-        self.assertIn("higher_is_better", bench.validate_record(
+        self.assertIn("reps", bench.records.validate_record(r))
+        self.assertIn("higher_is_better", bench.records.validate_record(
             rec("spindle", 2.0, higher_is_better="no")))
-        self.assertIn("samples", bench.validate_record(
+        self.assertIn("samples", bench.records.validate_record(
             rec("spindle", 2.0, samples=["a"])))
-        self.assertIn("min <= median", bench.validate_record(
+        self.assertIn("min <= median", bench.records.validate_record(
             dict(rec("spindle", 2.0), min=3.0)))
-        self.assertIn("baseline", bench.validate_record(rec("std", 2.0, baseline="")))
-        self.assertIn("baseline", bench.validate_record(rec("std", 2.0, baseline=1)))
-        self.assertIsNone(bench.validate_record(rec("std", 2.0, baseline="spindle_thread")))
-        self.assertIsNotNone(bench.validate_record([1, 2]))
+        self.assertIn("baseline", bench.records.validate_record(rec("std", 2.0, baseline="")))
+        self.assertIn("baseline", bench.records.validate_record(rec("std", 2.0, baseline=1)))
+        self.assertIsNone(bench.records.validate_record(rec("std", 2.0, baseline="spindle_thread")))
+        self.assertIsNotNone(bench.records.validate_record([1, 2]))
 
     def test_jsonl_reports_file_and_line(self):
         with tempfile.TemporaryDirectory() as d:
@@ -152,7 +161,7 @@ class ValidationTest(unittest.TestCase):
                             + json.dumps({"suite": "switch"}) + "\n"
                             + '{"median": NaN}\n'
                             + json.dumps(rec("boost_context", 3.0)) + "\n")
-            records, errors = bench.load_jsonl(path)
+            records, errors = bench.records.load_jsonl(path)
         self.assertEqual([r["variant"] for r in records], ["spindle", "boost_context"])
         self.assertEqual(len(errors), 3)
         self.assertTrue(errors[0].startswith(f"{path}:2:"), errors[0])
@@ -171,72 +180,72 @@ class GroupingTest(unittest.TestCase):
             rec("spindle", 9.0, suite="ces"),
             rec("spindle", 0.1, metric="l1_miss_rate"),
         ]
-        groups = bench.group_records(records)
+        groups = bench.grouping.group_records(records)
         self.assertEqual(len(groups), 5)
         self.assertEqual([r["variant"] for r in groups[0].records],
                          ["spindle", "boost_context"])
-        views = bench.workload_views(groups)
+        views = bench.grouping.workload_views(groups)
         self.assertEqual([(v.suite, v.workload, v.metric, len(v.groups)) for v in views],
                          [("switch", "yield", "ns_per_op", 2), ("switch", "sum", "ns_per_op", 1),
                           ("ces", "yield", "ns_per_op", 1), ("switch", "yield", "l1_miss_rate", 1)])
 
     def test_canonical_params(self):
-        self.assertEqual(bench.canonical_params({"a": 1, "b": {"y": 2, "x": 1}}),
-                         bench.canonical_params({"b": {"x": 1, "y": 2}, "a": 1}))
+        self.assertEqual(bench.grouping.canonical_params({"a": 1, "b": {"y": 2, "x": 1}}),
+                         bench.grouping.canonical_params({"b": {"x": 1, "y": 2}, "a": 1}))
 
 
 class ReferenceTest(unittest.TestCase):
     def test_explicit_reference_wins(self):
         records = [rec("spindle", 1.0), rec("callback", 0.5, reference=True),
                    rec("boost_context", 2.0)]
-        self.assertEqual(bench.select_reference(records)["variant"], "callback")
+        self.assertEqual(bench.grouping.select_reference(records)["variant"], "callback")
 
     def test_first_spindle_variant(self):
         records = [rec("std_mutex", 1.0), rec("spindle_dispatch", 2.0),
                    rec("spindle_ces", 3.0)]
-        self.assertEqual(bench.select_reference(records)["variant"], "spindle_dispatch")
+        self.assertEqual(bench.grouping.select_reference(records)["variant"], "spindle_dispatch")
 
     def test_first_record_otherwise(self):
         records = [rec("tas", 1.0), rec("mcs", 2.0)]
-        self.assertEqual(bench.select_reference(records)["variant"], "tas")
+        self.assertEqual(bench.grouping.select_reference(records)["variant"], "tas")
 
     def test_reference_false_is_ignored(self):
         records = [rec("tas", 1.0, reference=False), rec("spindle", 2.0)]
-        self.assertEqual(bench.select_reference(records)["variant"], "spindle")
+        self.assertEqual(bench.grouping.select_reference(records)["variant"], "spindle")
 
 
 class RatioTest(unittest.TestCase):
     def test_lower_is_better(self):
         ref, row = rec("spindle", 2.0), rec("boost_context", 6.0)
-        self.assertAlmostEqual(bench.ratio_to_reference(row, ref, False), 3.0)
-        self.assertAlmostEqual(bench.ratio_to_reference(ref, ref, False), 1.0)
+        self.assertAlmostEqual(bench.grouping.ratio_to_reference(row, ref, False), 3.0)
+        self.assertAlmostEqual(bench.grouping.ratio_to_reference(ref, ref, False), 1.0)
 
     def test_higher_is_better(self):
         ref = rec("spindle_ces", 8.0e6, metric="ops_per_s", higher_is_better=True)
         row = rec("spindle_dispatch", 1.0e6, metric="ops_per_s", higher_is_better=True)
-        self.assertAlmostEqual(bench.ratio_to_reference(row, ref, True), 8.0)
+        self.assertAlmostEqual(bench.grouping.ratio_to_reference(row, ref, True), 8.0)
 
     def test_zero_is_undefined(self):
-        self.assertIsNone(bench.ratio_to_reference(rec("a", 1.0), rec("b", 0.0), False))
-        self.assertEqual(bench.fmt_ratio(None), "—")
+        self.assertIsNone(bench.grouping.ratio_to_reference(rec("a", 1.0), rec("b", 0.0), False))
+        self.assertEqual(bench.formatting.fmt_ratio(None), "—")
 
     def test_formatting(self):
-        self.assertEqual(bench.fmt_ratio(2.3149), "2.31×")
-        self.assertEqual(bench.fmt_ratio(1.0, True), "1.00× (ref)")
-        self.assertEqual(bench.fmt_ratio(49.96), "50.0×")
+        self.assertEqual(bench.formatting.fmt_ratio(2.3149), "2.31×")
+        self.assertEqual(bench.formatting.fmt_ratio(1.0, True), "1.00× (ref)")
+        self.assertEqual(bench.formatting.fmt_ratio(49.96), "50.0×")
 
     def test_units(self):
-        self.assertEqual(bench.metric_unit("ns_per_op"), "ns/op")
-        self.assertEqual(bench.metric_unit("ops_per_s"), "ops/s")
-        self.assertEqual(bench.metric_unit("bytes"), "bytes")
-        self.assertEqual(bench.metric_unit("ns_per_yield"), "ns/yield")
-        self.assertEqual(bench.metric_unit("ratio_to_baseline"), "ratio_to_baseline")
+        self.assertEqual(bench.formatting.metric_unit("ns_per_op"), "ns/op")
+        self.assertEqual(bench.formatting.metric_unit("ops_per_s"), "ops/s")
+        self.assertEqual(bench.formatting.metric_unit("bytes"), "bytes")
+        self.assertEqual(bench.formatting.metric_unit("ns_per_yield"), "ns/yield")
+        self.assertEqual(bench.formatting.metric_unit("ratio_to_baseline"), "ratio_to_baseline")
 
     def test_group_table(self):
-        groups = bench.group_records([
+        groups = bench.grouping.group_records([
             rec("boost_context", 6.0), rec("spindle", 2.0, note="stack randomized"),
             rec("callback", 1.0)])
-        text = "\n".join(bench.render_group_table(groups[0]))
+        text = "\n".join(bench.report.render_group_table(groups[0]))
         self.assertIn("| variant | median | min | max | reps | ratio |", text)
         self.assertIn("| boost_context | 6.00 | 5.40 | 6.60 | 5 | 3.00× |", text)
         self.assertIn("| spindle | 2.00 | 1.80 | 2.20 | 5 | 1.00× (ref) |", text)
@@ -247,9 +256,9 @@ class RatioTest(unittest.TestCase):
     def test_group_table_higher_is_better(self):
         kw = dict(workload="mutex", suite="ces", params={"workers": 4},
                   metric="ops_per_s", higher_is_better=True)
-        groups = bench.group_records([rec("spindle_dispatch", 1.0e5, **kw),
+        groups = bench.grouping.group_records([rec("spindle_dispatch", 1.0e5, **kw),
                                       rec("spindle_ces", 8.0e5, reference=True, **kw)])
-        text = "\n".join(bench.render_group_table(groups[0]))
+        text = "\n".join(bench.report.render_group_table(groups[0]))
         self.assertIn("| spindle_dispatch | 100,000 | 90,000 | 110,000 | 5 | 8.00× |", text)
         self.assertIn("| spindle_ces | 800,000 | 720,000 | 880,000 | 5 | 1.00× (ref) |", text)
 
@@ -264,17 +273,17 @@ class BaselineTest(unittest.TestCase):
         std = rec("std_barrier", 6.0, baseline="spindle_thread", **self.KW)
         lone = rec("boost_fiber", 3.0, baseline="nowhere", **self.KW)
         records = [ref, thr, std, lone]
-        self.assertIs(bench.select_baseline(std, records, ref), thr)
-        self.assertIs(bench.select_baseline(thr, records, ref), ref)
-        self.assertIs(bench.select_baseline(lone, records, ref), ref)
+        self.assertIs(bench.grouping.select_baseline(std, records, ref), thr)
+        self.assertIs(bench.grouping.select_baseline(thr, records, ref), ref)
+        self.assertIs(bench.grouping.select_baseline(lone, records, ref), ref)
 
     def test_group_table(self):
-        groups = bench.group_records([
+        groups = bench.grouping.group_records([
             rec("spindle_fiber", 1.0, **self.KW), rec("spindle_thread", 2.0, **self.KW),
             rec("std_barrier", 6.0, baseline="spindle_thread", **self.KW),
             rec("boost_fiber", 3.0, baseline="spindle_fiber", **self.KW),
             rec("pthread", 8.0, baseline="gone", **self.KW)])
-        text = "\n".join(bench.render_group_table(groups[0]))
+        text = "\n".join(bench.report.render_group_table(groups[0]))
         self.assertIn("| spindle_fiber | 1.00 | 0.900 | 1.10 | 5 | 1.00× (ref) |", text)
         self.assertIn("| spindle_thread | 2.00 | 1.80 | 2.20 | 5 | 2.00× |", text)
         self.assertIn("| std_barrier | 6.00 | 5.40 | 6.60 | 5 | 3.00× (vs spindle_thread) |", text)
@@ -291,8 +300,8 @@ class BaselineTest(unittest.TestCase):
                         rec("spindle_thread", 4.0 * p, **kw),
                         rec("std_counting_semaphore", 2.0 * p, baseline="spindle_thread", **kw)]
         del records[7]  # spindle_thread at threads=8: no baseline there
-        view = bench.workload_views(bench.group_records(records))[0]
-        text = "\n".join(bench.render_view(view, None))
+        view = bench.grouping.workload_views(bench.grouping.group_records(records))[0]
+        text = "\n".join(bench.report.render_view(view, None))
         self.assertIn("| threads | spindle_fiber | spindle_thread | std_counting_semaphore | "
                       "spindle_fiber vs spindle_thread | spindle_thread vs std_counting_semaphore |",
                       text)
@@ -303,7 +312,7 @@ class BaselineTest(unittest.TestCase):
 
 class SweepTest(unittest.TestCase):
     def test_one_param_sweep_detected(self):
-        sweep = bench.find_sweep(bench.group_records(hanoi_records()))
+        sweep = bench.grouping.find_sweep(bench.grouping.group_records(hanoi_records()))
         self.assertIsNotNone(sweep)
         self.assertEqual(sweep.axis, "disks")
         self.assertEqual(len(sweep.facets), 1)
@@ -312,13 +321,13 @@ class SweepTest(unittest.TestCase):
 
     def test_not_a_sweep(self):
         # Too few points.
-        self.assertIsNone(bench.find_sweep(bench.group_records(
+        self.assertIsNone(bench.grouping.find_sweep(bench.grouping.group_records(
             [r for r in hanoi_records() if r["params"]["disks"] <= 2])))
         # A string parameter varies.
-        self.assertIsNone(bench.find_sweep(bench.group_records(
+        self.assertIsNone(bench.grouping.find_sweep(bench.grouping.group_records(
             [rec("spindle", 1.0, params={"mode": m}) for m in "abc"])))
         # Different parameter names.
-        self.assertIsNone(bench.find_sweep(bench.group_records(
+        self.assertIsNone(bench.grouping.find_sweep(bench.grouping.group_records(
             [rec("spindle", 1.0, params={"x": 1}), rec("spindle", 1.0, params={"x": 2}),
              rec("spindle", 1.0, params={"y": 3})])))
 
@@ -326,15 +335,15 @@ class SweepTest(unittest.TestCase):
         records = [rec(v, float(t * p), workload="semaphore", suite="cqs",
                        params={"permits": p, "threads": t})
                    for p in (1, 2) for t in (1, 2, 4, 8) for v in ("spindle", "std")]
-        sweep = bench.find_sweep(bench.group_records(records))
+        sweep = bench.grouping.find_sweep(bench.grouping.group_records(records))
         self.assertEqual(sweep.axis, "threads")
         self.assertEqual([f.fixed for f in sweep.facets], [{"permits": 1}, {"permits": 2}])
 
     def test_wide_table(self):
         records = hanoi_records()
         records[0]["note"] = "one disk is trivial"
-        view = bench.workload_views(bench.group_records(records))[0]
-        text = "\n".join(bench.render_view(view, "switch_hanoi.png"))
+        view = bench.grouping.workload_views(bench.grouping.group_records(records))[0]
+        text = "\n".join(bench.report.render_view(view, "switch_hanoi.png"))
         self.assertEqual(text.count("| disks |"), 1, text)  # one table, not six
         self.assertIn("| disks | spindle | boost_context | cxx20_stackless | "
                       "spindle vs boost_context | spindle vs cxx20_stackless |", text)
@@ -356,13 +365,13 @@ class SweepTest(unittest.TestCase):
                                 **({"reference": True} if v == "spindle_ces" else {}))
                             for v, m in (("spindle_ces", 300.0), ("spindle_dispatch", 200.0),
                                          ("spindle_inline", 100.0), ("std_shared_mutex", 150.0))]
-        view = bench.workload_views(bench.group_records(records))[0]
-        sweep = bench.find_sweep(view.groups)
+        view = bench.grouping.workload_views(bench.grouping.group_records(records))[0]
+        sweep = bench.grouping.find_sweep(view.groups)
         self.assertEqual(sweep.axis, "writer_pct")
         self.assertEqual([f.fixed for f in sweep.facets], [{"workers": 1}, {"workers": 2}])
         self.assertEqual([g.params["writer_pct"] for g in sweep.facets[0].groups],
                          [6.25, 12.5, 25, 50])
-        text = "\n".join(bench.render_view(view, None))
+        text = "\n".join(bench.report.render_view(view, None))
         self.assertIn("| writer_pct | spindle_ces | spindle_dispatch | spindle_inline | "
                       "std_shared_mutex | spindle_ces vs spindle_dispatch | "
                       "spindle_ces vs spindle_inline | spindle_ces vs std_shared_mutex |", text)
@@ -372,8 +381,8 @@ class SweepTest(unittest.TestCase):
     def test_sweep_with_missing_variant(self):
         records = [r for r in hanoi_records()
                    if not (r["variant"] == "boost_context" and r["params"]["disks"] == 3)]
-        view = bench.workload_views(bench.group_records(records))[0]
-        text = "\n".join(bench.render_view(view, None))
+        view = bench.grouping.workload_views(bench.grouping.group_records(records))[0]
+        text = "\n".join(bench.report.render_view(view, None))
         self.assertIn("| 3 | 6.00 | — | 27.00 | — | 4.50× |", text)
 
 
@@ -388,7 +397,7 @@ class ReportTest(unittest.TestCase):
                            "mode": "quick",
                            "suites": [{"name": "switch", "exit_code": 0,
                                        "elapsed_s": 1.5, "records": 20}]}}
-        text = bench.render_report(records, machine)
+        text = bench.report.render_report(records, machine)
         for needle in ("# spindle benchmark report", "Fake CPU 9000", "GNU 12.2.0",
                        "-O3 -DNDEBUG", "/usr/bin/python3 tools/bench.py --out x",
                        "## Suite `switch`", "### yield", "### hanoi", "| switch | ok |"):
@@ -402,7 +411,7 @@ class ReportTest(unittest.TestCase):
         new = [rec("spindle", 1.0), rec("boost_context", 6.05), rec("fresh", 1.0),
                rec("spindle_ces", 1.5e6, workload="mutex", metric="ops_per_s",
                    higher_is_better=True)]
-        text = "\n".join(bench.render_comparison(new, old, "old/results.json"))
+        text = "\n".join(bench.report.render_comparison(new, old, "old/results.json"))
         self.assertIn("| spindle | ns/op | 2.00 | 1.00 | -50.0% | better |", text)
         self.assertIn("| boost_context | ns/op | 6.00 | 6.05 | +0.8% | ≈ |", text)
         self.assertIn("| spindle_ces | ops/s | 1,000,000 | 1,500,000 | +50.0% | better |", text)
@@ -413,7 +422,7 @@ class ReportTest(unittest.TestCase):
     def test_comparison_summarizes_suites_not_run(self):
         old = [rec("spindle", 2.0)] + [rec("spindle", float(i), suite="ces",
                                           params={"workers": i}) for i in range(1, 50)]
-        text = "\n".join(bench.render_comparison([rec("spindle", 2.0)], old, "o.json"))
+        text = "\n".join(bench.report.render_comparison([rec("spindle", 2.0)], old, "o.json"))
         self.assertIn("49 only in the old one", text)
         self.assertNotIn("- ces /", text)
         self.assertIn("suites this run did not run: ces.", text)
@@ -425,7 +434,7 @@ class TargetTest(unittest.TestCase):
                    rec("cxx20_stackless", 1.0, workload="sum", params={"values": 10}),
                    rec("spindle", 1.2, params={"fibers": 10, "workers": 1}),
                    rec("boost_context", 6.0, params={"fibers": 10, "workers": 1})]
-        results = {r.target.goal: r for r in bench.check_targets(records)}
+        results = {r.target.goal: r for r in bench.targets.check_targets(records)}
         sum_r = next(r for g, r in results.items() if g.startswith("sum of sequence"))
         self.assertAlmostEqual(sum_r.value, 2.0)
         self.assertIs(sum_r.met, False)  # 2.0 > 1.3
@@ -452,7 +461,7 @@ class TargetTest(unittest.TestCase):
                    rec("std_counting_semaphore", 1.0, params={"permits": 1, "threads": 4}, **sem),
                    rec("spindle_fiber", 1.0, params={"permits": 4, "threads": 2}, **sem),
                    rec("std_counting_semaphore", 1.1, params={"permits": 4, "threads": 2}, **sem)]
-        results = bench.check_targets(records)
+        results = bench.targets.check_targets(records)
         growth = [r for r in results if r.target.metric == "growth_from_empty"
                   and r.target.variant == "spindle_simple"]
         self.assertEqual(len(growth), 1)
@@ -470,13 +479,13 @@ class TargetTest(unittest.TestCase):
     def test_report_section(self):
         records = [rec("spindle", 1.0, workload="sum", params={"values": 10}),
                    rec("cxx20_stackless", 1.0, workload="sum", params={"values": 10})]
-        text = bench.render_report(records, {})
+        text = bench.report.render_report(records, {})
         self.assertIn("## Targets", text)
         self.assertIn("| #2 | sum of sequence", text)
         self.assertIn("| met |", text)
         self.assertIn("| not measured |", text)
         self.assertLess(text.index("## Targets"), text.index("## Suite `switch`"))
-        self.assertNotIn("## Targets", bench.render_report(
+        self.assertNotIn("## Targets", bench.report.render_report(
             [rec("x", 1.0, suite="ces", workload="mutex")], {}))
 
 
@@ -496,7 +505,7 @@ class PlotTest(unittest.TestCase):
                       for w in (1, 2, 4, 8, 16, 32, 64, 128, 256)
                       for v, f in (("spindle_ces", 8), ("spindle_dispatch", 1))])
         with tempfile.TemporaryDirectory() as d:
-            plots = bench.make_plots(records, Path(d))
+            plots = bench.plots.make_plots(records, Path(d))
             names = sorted(plots.values())
             self.assertEqual(names, ["ces_mutex.png", "cqs_abort.png", "switch_hanoi.png",
                                      "switch_yield_l1_miss_rate.png",
@@ -509,20 +518,20 @@ class PlotTest(unittest.TestCase):
 
     @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not installed for this python3")
     def test_plots_stop_past_their_budget(self):
-        saved = bench.PLOT_BUDGET_S
-        bench.PLOT_BUDGET_S = -1  # spent before the first
+        saved = bench.plots.PLOT_BUDGET_S
+        bench.plots.PLOT_BUDGET_S = -1  # spent before the first
         try:
             with tempfile.TemporaryDirectory() as d:
-                self.assertEqual(bench.make_plots(hanoi_records(), Path(d)), {})
+                self.assertEqual(bench.plots.make_plots(hanoi_records(), Path(d)), {})
                 self.assertEqual(list(Path(d).iterdir()), [])
         finally:
-            bench.PLOT_BUDGET_S = saved
+            bench.plots.PLOT_BUDGET_S = saved
 
     def test_file_names_are_safe(self):
-        view = bench.WorkloadView("ces", "cs-length", "ops_per_s", [])
-        self.assertEqual(bench.plot_file_name(view, 1), "ces_cs-length.png")
-        view = bench.WorkloadView("ces", "a/b c", "ops_per_s", [])
-        self.assertEqual(bench.plot_file_name(view, 1), "ces_a_b_c.png")
+        view = bench.grouping.WorkloadView("ces", "cs-length", "ops_per_s", [])
+        self.assertEqual(bench.formatting.plot_file_name(view, 1), "ces_cs-length.png")
+        view = bench.grouping.WorkloadView("ces", "a/b c", "ops_per_s", [])
+        self.assertEqual(bench.formatting.plot_file_name(view, 1), "ces_a_b_c.png")
 
 
 class StatusRecordTest(unittest.TestCase):
@@ -531,48 +540,48 @@ class StatusRecordTest(unittest.TestCase):
     SEM = dict(suite="cqs", workload="semaphore", metric="ops_per_s", higher_is_better=True)
 
     def test_validation(self):
-        self.assertIsNone(bench.validate_record(not_measured("std")))
-        self.assertIsNone(bench.validate_record(not_measured("std", "skipped", "not run")))
-        self.assertIsNone(bench.validate_record(not_measured(
+        self.assertIsNone(bench.records.validate_record(not_measured("std")))
+        self.assertIsNone(bench.records.validate_record(not_measured("std", "skipped", "not run")))
+        self.assertIsNone(bench.records.validate_record(not_measured(
             "*", "skipped", "not run", workload="memory", params={}, metric="*")))
         r = not_measured("std")
         del r["reason"]
-        self.assertIn("missing field(s): reason", bench.validate_record(r))
-        self.assertIn("status", bench.validate_record(not_measured("std", status="slow")))
-        self.assertIn("has no median", bench.validate_record(dict(not_measured("std"), median=1.0)))
-        self.assertIn("variant", bench.validate_record(dict(not_measured("std"), variant="")))
-        self.assertIsNone(bench.validate_record(rounds_rec("std", 100, 99, 1)))
-        self.assertIn("hung_rounds", bench.validate_record(
+        self.assertIn("missing field(s): reason", bench.records.validate_record(r))
+        self.assertIn("status", bench.records.validate_record(not_measured("std", status="slow")))
+        self.assertIn("has no median", bench.records.validate_record(dict(not_measured("std"), median=1.0)))
+        self.assertIn("variant", bench.records.validate_record(dict(not_measured("std"), variant="")))
+        self.assertIsNone(bench.records.validate_record(rounds_rec("std", 100, 99, 1)))
+        self.assertIn("hung_rounds", bench.records.validate_record(
             dict(rounds_rec("std", 100, 99, 1), hung_rounds=-1)))
-        self.assertFalse(bench.is_measured(not_measured("std")))
-        self.assertTrue(bench.is_measured(rec("std", 1.0)))
+        self.assertFalse(bench.records.is_measured(not_measured("std")))
+        self.assertTrue(bench.records.is_measured(rec("std", 1.0)))
 
     def test_jsonl_keeps_status_records(self):
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "s.jsonl"
             path.write_text(json.dumps(rec("spindle", 2.0)) + "\n"
                             + json.dumps(not_measured("boost_context")) + "\n")
-            records, errors = bench.load_jsonl(path)
+            records, errors = bench.records.load_jsonl(path)
         self.assertEqual(errors, [])
         self.assertEqual([r.get("status") for r in records], [None, "hung"])
 
     def test_reference_and_ratio_skip_what_hung(self):
         records = [not_measured("spindle_fiber", reference=True), rec("spindle_thread", 2.0),
                    rec("std", 6.0, baseline="spindle_fiber")]
-        self.assertEqual(bench.select_reference(records)["variant"], "spindle_thread")
-        self.assertIsNone(bench.ratio_to_reference(records[0], records[1], False))
-        self.assertIsNone(bench.ratio_to_reference(records[1], records[0], False))
+        self.assertEqual(bench.grouping.select_reference(records)["variant"], "spindle_thread")
+        self.assertIsNone(bench.grouping.ratio_to_reference(records[0], records[1], False))
+        self.assertIsNone(bench.grouping.ratio_to_reference(records[1], records[0], False))
         # A baseline that hung is not used: the reference is.
-        self.assertIs(bench.select_baseline(records[2], records, records[1]), records[1])
-        group = bench.group_records(records)[0]
+        self.assertIs(bench.grouping.select_baseline(records[2], records, records[1]), records[1])
+        group = bench.grouping.group_records(records)[0]
         self.assertIn("std: baseline spindle_fiber was not measured; its ratio is against "
                       "the reference", group.warnings())
 
     def test_group_table(self):
-        groups = bench.group_records([
+        groups = bench.grouping.group_records([
             rec("spindle_thread", 2.0), rec("boost_context", 6.0),
             not_measured("std_counting_semaphore", reason="no result within 10 s (x)")])
-        text = "\n".join(bench.render_group_table(groups[0]))
+        text = "\n".join(bench.report.render_group_table(groups[0]))
         self.assertIn("| spindle_thread | 2.00 | 1.80 | 2.20 | 5 | 1.00× (ref) |", text)
         self.assertIn("| boost_context | 6.00 | 5.40 | 6.60 | 5 | 3.00× |", text)
         self.assertIn("| std_counting_semaphore | hung | — | — | — | — |", text)
@@ -587,8 +596,8 @@ class StatusRecordTest(unittest.TestCase):
         records[-1] = not_measured("std_counting_semaphore", baseline="spindle_thread",
                                    reason="no result within 10 s", **dict(
                                        self.SEM, params={"permits": 1, "threads": 8}))
-        view = bench.workload_views(bench.group_records(records))[0]
-        text = "\n".join(bench.render_view(view, None))
+        view = bench.grouping.workload_views(bench.grouping.group_records(records))[0]
+        text = "\n".join(bench.report.render_view(view, None))
         self.assertIn("| 4 | 32.00 | 16.00 | 8.00 | 2.00× | 2.00× |", text)
         self.assertIn("| 8 | 64.00 | 32.00 | hung | 2.00× | — |", text)
         self.assertIn("- std_counting_semaphore (threads=8): ⚠ hung: no result within 10 s", text)
@@ -597,8 +606,8 @@ class StatusRecordTest(unittest.TestCase):
         records = [rounds_rec("spindle_thread", 18000, 18000, 0),
                    rounds_rec("std_counting_semaphore", 18000, 17998, 2,
                               note="2 rounds hung: lost wake-up: the permit was free")]
-        view = bench.workload_views(bench.group_records(records))[0]
-        text = "\n".join(bench.render_view(view, "cqs_hang_freedom.png"))
+        view = bench.grouping.workload_views(bench.grouping.group_records(records))[0]
+        text = "\n".join(bench.report.render_view(view, "cqs_hang_freedom.png"))
         self.assertIn("| variant | rounds | finished | hung | round budget |", text)
         self.assertIn("| spindle_thread | 18,000 | 18,000 | 0 | 2,000 ms |", text)
         self.assertIn("| std_counting_semaphore | 18,000 | 17,998 | 2 | 2,000 ms |", text)
@@ -607,14 +616,14 @@ class StatusRecordTest(unittest.TestCase):
         self.assertNotIn(".png", text)
 
     def test_workload_skipped_whole(self):
-        view = bench.workload_views(bench.group_records([not_measured(
+        view = bench.grouping.workload_views(bench.grouping.group_records([not_measured(
             "*", "skipped", "not run: the suite's time budget of 153 s was spent",
             suite="cqs", workload="memory", params={}, metric="*")]))[0]
-        self.assertEqual(bench.render_view(view, None),
+        self.assertEqual(bench.report.render_view(view, None),
                          ["*Not run: not run: the suite's time budget of 153 s was spent*", ""])
 
     def test_hangs_section(self):
-        self.assertEqual(bench.render_hangs([rec("spindle", 1.0)]), [])
+        self.assertEqual(bench.report.render_hangs([rec("spindle", 1.0)]), [])
         records = [rounds_rec("spindle_fiber", 500, 500, 0),
                    rounds_rec("std_counting_semaphore", 500, 499, 1),
                    rec("spindle_fiber", 8.0, **dict(self.SEM, params={"threads": 8})),
@@ -626,7 +635,7 @@ class StatusRecordTest(unittest.TestCase):
                                 workload="pool", params={"pool_size": 1}),
                    not_measured("*", "skipped", "not run", suite="cqs", workload="memory",
                                 params={}, metric="*")]
-        text = bench.render_report(records, {})
+        text = bench.report.render_report(records, {})
         self.assertIn("## Hangs", text)
         self.assertIn("| cqs | primitive=semaphore, actors=8 | std_counting_semaphore | 500 | 499 | 1 |",
                       text)
@@ -635,19 +644,19 @@ class StatusRecordTest(unittest.TestCase):
         self.assertIn("- cqs: 1 comparisons (2 variant runs); workloads memory", text)
         self.assertLess(text.index("## Hangs"), text.index("## Suite `cqs`"))
         # Without hangs: the rounds, and a line saying so.
-        text = "\n".join(bench.render_hangs(records[:3]))
+        text = "\n".join(bench.report.render_hangs(records[:3]))
         self.assertIn("No measurement hung.", text)
         self.assertNotIn("Skipped", text)
 
     def test_target_of_a_variant_that_hung(self):
         kw = dict(self.SEM, params={"permits": 1, "threads": 4})
         records = [rec("spindle_fiber", 3.0, **kw), not_measured("std_counting_semaphore", **kw)]
-        contended = [r for r in bench.check_targets(records)
+        contended = [r for r in bench.targets.check_targets(records)
                      if r.target.goal.startswith("semaphore, threads > permits")]
         self.assertEqual(len(contended), 1)
         self.assertIsNone(contended[0].met)
         self.assertEqual(contended[0].blocked, "std_counting_semaphore hung")
-        text = "\n".join(bench.render_targets(contended))
+        text = "\n".join(bench.report.render_targets(contended))
         self.assertIn("| not measured (std_counting_semaphore hung) |", text)
 
     def test_a_point_that_hung_does_not_hide_a_miss(self):
@@ -658,20 +667,20 @@ class StatusRecordTest(unittest.TestCase):
         records = [rec("spindle_simple", 1.0, **abort(0)),
                    not_measured("spindle_simple", **abort(1000)),
                    rec("spindle_simple", 1.9, **abort(100000))]
-        growth = [r for r in bench.check_targets(records)
+        growth = [r for r in bench.targets.check_targets(records)
                   if r.target.metric == "growth_from_empty" and r.target.variant == "spindle_simple"]
         self.assertEqual(len(growth), 1)
         self.assertIs(growth[0].met, False)
         self.assertEqual(growth[0].params["queued"], 100000)
         # Without the miss, the point that hung is what the target shows.
-        growth = [r for r in bench.check_targets(records[:2])
+        growth = [r for r in bench.targets.check_targets(records[:2])
                   if r.target.metric == "growth_from_empty" and r.target.variant == "spindle_simple"]
         self.assertEqual(growth[0].blocked, "spindle_simple hung")
 
     def test_comparison_leaves_out_status_records(self):
         old = [rec("spindle", 2.0), not_measured("std")]
         new = [rec("spindle", 1.0), not_measured("std", "skipped", "not run")]
-        text = "\n".join(bench.render_comparison(new, old, "old/results.json"))
+        text = "\n".join(bench.report.render_comparison(new, old, "old/results.json"))
         self.assertIn("1 records matched: 1 better, 0 worse", text)
         self.assertIn("0 only in this run, 0 only in the old one", text)
 
@@ -680,7 +689,7 @@ class StatusRecordTest(unittest.TestCase):
         records = [rec("spindle", 2.0), not_measured("boost_context"),
                    rounds_rec("std_latch", 10, 10, 0, primitive="latch")]
         with tempfile.TemporaryDirectory() as d:
-            plots = bench.make_plots(records, Path(d))
+            plots = bench.plots.make_plots(records, Path(d))
         self.assertEqual(sorted(plots.values()), ["switch_yield.png"])
 
 
@@ -689,13 +698,13 @@ class RunSuiteTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             prog = Path(d) / "spindle_bench_deaf"
             write_program(prog, "trap '' TERM\nwhile :; do sleep 0.1; done\n")
-            saved = bench.KILL_GRACE_S
-            bench.KILL_GRACE_S = 0.5
+            saved = bench.runner.KILL_GRACE_S
+            bench.runner.KILL_GRACE_S = 0.5
             try:
                 start = time.monotonic()
-                code, timed_out = bench.run_suite(prog, Path(d) / "out.jsonl", False, 1.0)
+                code, timed_out = bench.runner.run_suite(prog, Path(d) / "out.jsonl", False, 1.0)
             finally:
-                bench.KILL_GRACE_S = saved
+                bench.runner.KILL_GRACE_S = saved
             self.assertTrue(timed_out)
             self.assertEqual(code, -9)  # SIGKILL, after SIGTERM was ignored
             # Bounded, not timed: a run that never ends would fail here.
@@ -710,7 +719,7 @@ class RunSuiteTest(unittest.TestCase):
                 echo $! > {pid_file}
                 exit 0
                 """)
-            code, timed_out = bench.run_suite(prog, Path(d) / "out.jsonl", False, 600.0)
+            code, timed_out = bench.runner.run_suite(prog, Path(d) / "out.jsonl", False, 600.0)
             self.assertEqual((code, timed_out), (0, False))
             _assert_ends(self, int(pid_file.read_text()), "a child the program left behind")
 
@@ -718,9 +727,9 @@ class RunSuiteTest(unittest.TestCase):
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "x.jsonl"
             path.write_text(json.dumps(rec("spindle", 1.0)) + "\n" + '{"suite": "swi')
-            records, errors = bench.load_jsonl(path, cut_short=True)
+            records, errors = bench.records.load_jsonl(path, cut_short=True)
             self.assertEqual((len(records), errors), (1, []))
-            records, errors = bench.load_jsonl(path)  # a program that ended by itself
+            records, errors = bench.records.load_jsonl(path)  # a program that ended by itself
             self.assertEqual(len(records), 1)
             self.assertIn("x.jsonl:2: not valid JSON", errors[0])
 
@@ -852,10 +861,10 @@ class DriverTest(unittest.TestCase):
         p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
                            "--suite", "cqs,fake")
         self.assertEqual(p.returncode, 0, p.stderr)
-        soft = bench.SUITE_BUDGET_S["cqs"] * bench.SOFT_BUDGET_FRACTION
-        self.assertIn(f"cqs: budget {soft:g} hard {bench.SUITE_BUDGET_S['cqs']:g}", p.stderr)
-        self.assertIn(f"suite cqs ... (budget {bench.SUITE_BUDGET_S['cqs']} s)", p.stdout)
-        self.assertIn(f"suite fake ... (budget {bench.DEFAULT_SUITE_BUDGET_S} s)", p.stdout)
+        soft = bench.runner.SUITE_BUDGET_S["cqs"] * bench.runner.SOFT_BUDGET_FRACTION
+        self.assertIn(f"cqs: budget {soft:g} hard {bench.runner.SUITE_BUDGET_S['cqs']:g}", p.stderr)
+        self.assertIn(f"suite cqs ... (budget {bench.runner.SUITE_BUDGET_S['cqs']} s)", p.stdout)
+        self.assertIn(f"suite fake ... (budget {bench.runner.DEFAULT_SUITE_BUDGET_S} s)", p.stdout)
         p = self.run_bench("--build-dir", str(self.build), "--out", str(self.out),
                            "--suite", "cqs", "--no-budget")
         self.assertIn("cqs: budget  hard \n", p.stderr)  # no --time-budget nor --hard-budget
@@ -1005,7 +1014,7 @@ class HarnessWatchdogTest(unittest.TestCase):
             out = Path(d) / f"{suite}.jsonl"
             p = subprocess.run([str(_program(suite)), "--out", str(out), *args],
                                capture_output=True, text=True, timeout=600)
-            records, errors = bench.load_jsonl(out) if out.exists() else ([], ["no output"])
+            records, errors = bench.records.load_jsonl(out) if out.exists() else ([], ["no output"])
             self.assertEqual(errors, [], p.stderr)
             # No state file of a restart, no scratch directory.
             self.assertEqual(sorted(x.name for x in Path(d).iterdir()), [out.name], p.stderr)
