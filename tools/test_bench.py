@@ -489,6 +489,97 @@ class TargetTest(unittest.TestCase):
             [rec("x", 1.0, suite="ces", workload="mutex")], {}))
 
 
+class TargetsFileTest(unittest.TestCase):
+    """tools/spindle_bench/targets.toml: it loads, each target names what
+    its suite program reports, and the loader refuses a broken entry."""
+
+    def test_file_loads(self):
+        targets = bench.targets.load_targets()
+        self.assertEqual(targets, bench.targets.TARGETS)
+        self.assertGreaterEqual(len(targets), 18)
+        for t in targets:
+            self.assertIn(t.suite, bench.runner.KNOWN_SUITES, t.goal)
+            self.assertIn(t.op, (">=", ">", "<="), t.goal)
+            self.assertIsInstance(t.bound, float, t.goal)
+            self.assertNotEqual(t.variant, t.over, t.goal)
+        self.assertEqual(len({t.goal for t in targets if not t.where}
+                             | {(t.goal, t.where) for t in targets if t.where}),
+                         len(targets), "two targets with the same goal and points")
+
+    def test_each_target_names_what_its_program_reports(self):
+        # The suite program writes the workload, metric, variant names and
+        # params as string literals (bench/<suite>/*.cpp).
+        for t in bench.targets.TARGETS:
+            src = "".join(f.read_text(encoding="utf-8")
+                          for f in sorted((REPO / "bench" / t.suite).glob("*.cpp")))
+            self.assertTrue(src, f"no bench/{t.suite}/*.cpp")
+            names = [t.workload, t.metric, t.variant] + ([t.over] if t.over else [])
+            if t.where:
+                names += [w for w in t.where.split() if w[0].isalpha()]
+            for name in names:
+                self.assertTrue(f'"{name}"' in src,  # not assertIn: it prints the source
+                                f"{t.goal}: bench/{t.suite} never names {name!r}")
+
+    def test_a_stored_run_measures_every_target(self):
+        # The newest snapshot under bench/results/ that ran a target's suite
+        # has at least one point of it, found the way the report finds it.
+        runs = sorted((REPO / "bench" / "results").glob("*/results.json"), reverse=True)
+        self.assertTrue(runs, "no stored run under bench/results/")
+        loaded = [bench.records.load_results_json(r)[0] for r in runs]
+        for t in bench.targets.TARGETS:
+            run = next((recs for recs in loaded if any(r["suite"] == t.suite for r in recs)),
+                       None)
+            if run is None:
+                continue  # no stored run of that suite
+            results = [r for r in bench.targets.check_targets(run, [t]) if r.params is not None]
+            self.assertTrue(results, f"{t.goal}: no point in the newest stored {t.suite} run")
+            for r in results:
+                self.assertTrue(t.applies(r.params), t.goal)
+
+    def test_conditions(self):
+        cond = bench.targets.parse_condition
+        self.assertTrue(cond("threads <= permits")({"threads": 4, "permits": 4}))
+        self.assertFalse(cond("threads <= permits")({"threads": 8, "permits": 4}))
+        self.assertTrue(cond("threads > permits")({"threads": 1}))  # permits: 0
+        self.assertTrue(cond("disks == 20")({"disks": 20}))
+        self.assertFalse(cond("disks == 20")({}))
+        self.assertTrue(cond("ratio < 0.5")({"ratio": 0.25}))
+        for bad in ("disks = 20", "disks == ", "20 == disks", "disks == 20 and x", ""):
+            with self.assertRaises(ValueError, msg=bad):
+                cond(bad)
+
+    def test_broken_entries_are_refused(self):
+        good = ('issue = 2\ngoal = "g"\nsuite = "switch"\nworkload = "yield"\n'
+                'metric = "ns_per_op"\nvariant = "spindle"\nop = "<="\nbound = 2\n')
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "t.toml"
+            path.write_text("[[target]]\n" + good, encoding="utf-8")
+            (t,) = bench.targets.load_targets(path)
+            self.assertEqual(t.bound, 2.0)
+            self.assertIsInstance(t.bound, float)
+            self.assertIsNone(t.over)
+            self.assertFalse(t.worst)
+            for extra, says in (('op = "<"', "'op' must be one of"),
+                                ('colour = "red"', "unknown key(s) colour"),
+                                ('where = "disks is 20"', "is not '<param> <op>"),
+                                ('worst = 1', "'worst' must be true or false"),
+                                ('bound = nan', "'bound' must be a finite number")):
+                body = good.replace('op = "<="\n', "") if extra.startswith("op") else good
+                body = body.replace("bound = 2\n", "") if extra.startswith("bound") else body
+                path.write_text("[[target]]\n" + body + extra + "\n", encoding="utf-8")
+                with self.assertRaises(ValueError) as e:
+                    bench.targets.load_targets(path)
+                self.assertIn(f"{path}: target 1 ('g'): ", str(e.exception))
+                self.assertIn(says, str(e.exception))
+            path.write_text("[[target]]\n" + good.replace('variant = "spindle"\n', ""),
+                            encoding="utf-8")
+            with self.assertRaisesRegex(ValueError, "missing 'variant'"):
+                bench.targets.load_targets(path)
+            path.write_text("[target\n", encoding="utf-8")
+            with self.assertRaisesRegex(ValueError, str(path)):
+                bench.targets.load_targets(path)
+
+
 class PlotTest(unittest.TestCase):
     @unittest.skipUnless(HAVE_MATPLOTLIB, "matplotlib is not installed for this python3")
     def test_pngs_written(self):

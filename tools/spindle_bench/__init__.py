@@ -18,7 +18,8 @@ Usage (from the repository root)::
 * ``formatting.py``: numbers, units, parameters, Markdown tables;
 * ``report.py``: report.md, its "Targets" and "Hangs" sections and the
   comparison with an older run;
-* ``targets.py``: the project's goals per benchmark, checked against a run;
+* ``targets.py``: the project's goals per benchmark (the data file
+  ``targets.toml``), checked against a run;
 * ``plots.py``: the PNG plots (PLOT_BUDGET_S);
 * ``diagnostics.py``: warnings on stderr.
 
@@ -59,7 +60,7 @@ What it does
    ``build_info.json`` under "build", and under "run" the command line and
    how each suite ended).
 3. Writes ``<out>/report.md``: machine header (with how each suite ended
-   and its budget), the targets the project's issues set (TARGETS in targets.py:
+   and its budget), the targets the project's issues set (targets.toml:
    each measured point, met or MISSED; also summed up on stdout), a
    "Hangs" section (the hang-freedom rounds, what hung, what was skipped),
    then per suite, per workload,

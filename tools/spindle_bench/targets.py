@@ -1,13 +1,49 @@
-"""The goals the project sets for its benchmarks, and their check against
-a run's records."""
+"""The goals the project sets for its benchmarks (targets.toml, beside this
+file), and their check against a run's records."""
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Callable, Sequence
+import functools
+import math
+import operator
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Callable, Sequence
 
 from .grouping import group_records
 from .records import is_measured
+
+# The data file: one [[target]] table per goal (its header says what each
+# key means).
+TARGETS_FILE = Path(__file__).resolve().parent / "targets.toml"
+
+# The comparisons a target's `op` may make (value op bound) ...
+TARGET_OPS = (">=", ">", "<=")
+# ... and those of a `where` condition.
+_CONDITION_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    "==": operator.eq, "!=": operator.ne, "<=": operator.le, "<": operator.lt,
+    ">=": operator.ge, ">": operator.gt,
+}
+_CONDITION = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_]*)\s*(==|!=|<=|<|>=|>)\s*"
+                        r"([A-Za-z_][A-Za-z0-9_]*|-?[0-9]+(?:\.[0-9]+)?)\s*")
+
+
+@functools.lru_cache(maxsize=None)
+def parse_condition(text: str) -> Callable[[dict], bool]:
+    """'threads <= permits' or 'disks == 20': a test of a comparison
+    point's params, in which a param the point lacks counts as 0. Raises
+    ValueError on anything else."""
+    m = _CONDITION.fullmatch(text)
+    if m is None:
+        raise ValueError(f"condition {text!r} is not '<param> <op> <number or param>' "
+                         f"(op one of {' '.join(_CONDITION_OPS)})")
+    left, op, right = m.group(1), _CONDITION_OPS[m.group(2)], m.group(3)
+    if right[0].isalpha() or right[0] == "_":
+        return lambda p: op(p.get(left, 0), p.get(right, 0))
+    number = float(right) if "." in right else int(right)
+    return lambda p: op(p.get(left, 0), number)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -16,9 +52,10 @@ class Target:
 
     The measured value is the median of `variant`, or, with `over`, the
     median of `variant` divided by the median of `over` in the same
-    comparison group (the same interleaved rounds). `where` picks the
-    comparison points (params) the goal is about; every such point gets a
-    row, or, with `worst`, only the point furthest from the goal."""
+    comparison group (the same interleaved rounds). `where` (a condition,
+    see parse_condition) picks the comparison points (params) the goal is
+    about; every such point gets a row, or, with `worst`, only the point
+    furthest from the goal."""
 
     issue: int
     goal: str
@@ -29,62 +66,89 @@ class Target:
     over: str | None
     op: str  # ">=", ">" or "<="
     bound: float
-    where: Callable[[dict], bool] | None = None
+    where: str | None = None
     worst: bool = False
 
-
-def _uncontended(p: dict) -> bool:
-    return p.get("threads", 0) <= p.get("permits", 0)
-
-
-def _contended(p: dict) -> bool:
-    return p.get("threads", 0) > p.get("permits", 0)
+    def applies(self, params: dict) -> bool:
+        """Whether the goal is about the comparison point `params`."""
+        return self.where is None or parse_condition(self.where)(params)
 
 
-# The targets of the issues, as the benchmarks measure them (see
-# docs/benchmarks.md, "Targets", for the workloads).
-TARGETS: tuple[Target, ...] = (
-    Target(2, "yield ring: ns per yield (empty loop subtracted)", "switch", "yield",
-           "ns_per_op", "spindle", None, "<=", 2.5),
-    Target(2, "yield ring: Boost.Context fiber's time / spindle's", "switch", "yield",
-           "ns_per_op", "boost_context", "spindle", ">=", 2.0),
-    Target(2, "sum of sequence: spindle generator's time / C++20 stackless's", "switch", "sum",
-           "ns_per_op", "spindle", "cxx20_stackless", "<=", 1.3),
-    Target(2, "Hanoi(20): C++20 stackless generator's time / spindle's", "switch", "hanoi",
-           "ns_per_op", "cxx20_stackless", "spindle", ">=", 3.0, lambda p: p.get("disks") == 20),
-    Target(2, "Hanoi(20): Boost.Context's time / spindle's", "switch", "hanoi",
-           "ns_per_op", "boost_context", "spindle", ">=", 1.5, lambda p: p.get("disks") == 20),
-    Target(2, "write_fully: Boost.Context's time / spindle's", "switch", "write_fully",
-           "ns_per_op", "boost_context", "spindle", ">", 1.0),
-    Target(2, "write_fully: C++20 stackless's time / spindle's", "switch", "write_fully",
-           "ns_per_op", "cxx20_stackless", "spindle", ">", 1.0),
-    Target(2, "100 000 fibers with 16 KiB stacks: MiB of RSS", "switch", "memory",
-           "rss_mib_total", "spindle", None, "<=", 2048.0),
-    Target(4, "abort: suspend + cancel cost / its cost with no waiter queued (simple)", "cqs",
-           "abort", "growth_from_empty", "spindle_simple", None, "<=", 1.5, worst=True),
-    Target(4, "abort: suspend + cancel cost / its cost with no waiter queued (smart)", "cqs",
-           "abort", "growth_from_empty", "spindle_smart", None, "<=", 1.5, worst=True),
-    Target(4, "abort at 10 000 queued: linear-removal queue's cost / spindle's (simple)", "cqs",
-           "abort", "speedup_vs_linear_removal", "spindle_simple", None, ">=", 50.0,
-           lambda p: p.get("queued") == 10000),
-    Target(4, "semaphore, threads <= permits: spindle (fibers) / std::counting_semaphore", "cqs",
-           "semaphore", "ops_per_s", "spindle_fiber", "std_counting_semaphore", ">=", 1.0,
-           _uncontended),
-    Target(4, "semaphore, threads <= permits: spindle (threads) / std::counting_semaphore", "cqs",
-           "semaphore", "ops_per_s", "spindle_thread", "std_counting_semaphore", ">=", 1.0,
-           _uncontended),
-    Target(4, "semaphore, threads > permits: spindle (fibers) / std::counting_semaphore (threads)",
-           "cqs", "semaphore", "ops_per_s", "spindle_fiber", "std_counting_semaphore", ">=", 2.0,
-           _contended),
-    Target(4, "latch: std::latch's time / spindle's (fibers)", "cqs", "latch", "ns_per_round",
-           "std_latch", "spindle_fiber", ">=", 1.0),
-    Target(4, "latch: std::latch's time / spindle's (threads)", "cqs", "latch", "ns_per_round",
-           "std_latch", "spindle_thread", ">=", 1.0),
-    Target(4, "barrier: std::barrier's time / spindle's (fibers)", "cqs", "barrier",
-           "ns_per_phase", "std_barrier", "spindle_fiber", ">=", 1.0),
-    Target(4, "barrier: std::barrier's time / spindle's (threads)", "cqs", "barrier",
-           "ns_per_phase", "std_barrier", "spindle_thread", ">=", 1.0),
-)
+def _is_text(v: Any) -> bool:
+    return isinstance(v, str) and v != ""
+
+
+# The keys of a [[target]] table: (required, the check its value must pass,
+# what to say if not).
+_KEYS: dict[str, tuple[bool, Callable[[Any], bool], str]] = {
+    "issue": (True, lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 1,
+              "an integer >= 1"),
+    "goal": (True, _is_text, "a non-empty string"),
+    "suite": (True, _is_text, "a non-empty string"),
+    "workload": (True, _is_text, "a non-empty string"),
+    "metric": (True, _is_text, "a non-empty string"),
+    "variant": (True, _is_text, "a non-empty string"),
+    "over": (False, _is_text, "a non-empty string"),
+    "op": (True, lambda v: v in TARGET_OPS, "one of " + ", ".join(TARGET_OPS)),
+    "bound": (True, lambda v: isinstance(v, (int, float)) and not isinstance(v, bool)
+              and math.isfinite(v), "a finite number"),
+    "where": (False, _is_text, "a condition"),
+    "worst": (False, lambda v: isinstance(v, bool), "true or false"),
+}
+
+
+def _target(entry: Any) -> Target:
+    """One [[target]] table as a Target; ValueError says what is wrong."""
+    if not isinstance(entry, dict):
+        raise ValueError("not a table")
+    unknown = sorted(set(entry) - set(_KEYS))
+    if unknown:
+        raise ValueError(f"unknown key(s) {', '.join(unknown)}")
+    for key, (required, check, what) in _KEYS.items():
+        if key not in entry:
+            if required:
+                raise ValueError(f"missing {key!r}")
+            continue
+        if not check(entry[key]):
+            raise ValueError(f"{key!r} must be {what}, not {entry[key]!r}")
+    if "where" in entry:
+        parse_condition(entry["where"])
+    # The bound is a float whatever the file wrote (the report prints a
+    # float bound as "2048.0").
+    return Target(entry["issue"], entry["goal"], entry["suite"], entry["workload"],
+                  entry["metric"], entry["variant"], entry.get("over"), entry["op"],
+                  float(entry["bound"]), entry.get("where"), entry.get("worst", False))
+
+
+def load_targets(path: Path = TARGETS_FILE) -> tuple[Target, ...]:
+    """The targets of a data file, in its order. Raises ValueError naming
+    the file (and the entry) on a file that is not valid TOML or an entry
+    that is not a valid target, OSError when it cannot be read."""
+    with open(path, "rb") as f:
+        try:
+            data = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise ValueError(f"{path}: {e}") from None
+    extra = sorted(set(data) - {"target"})
+    if extra:
+        raise ValueError(f"{path}: unknown key(s) {', '.join(extra)} (only [[target]] tables)")
+    entries = data.get("target", [])
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: no [[target]] tables")
+    targets = []
+    for k, entry in enumerate(entries, start=1):
+        try:
+            targets.append(_target(entry))
+        except ValueError as e:
+            goal = entry.get("goal") if isinstance(entry, dict) else None
+            raise ValueError(f"{path}: target {k}" + (f" ({goal!r})" if goal else "")
+                             + f": {e}") from None
+    return tuple(targets)
+
+
+# The targets of the issues, read once when the tool starts (a broken file
+# stops it before any suite runs).
+TARGETS: tuple[Target, ...] = load_targets()
 
 
 @dataclasses.dataclass
@@ -122,7 +186,7 @@ def check_targets(records: Sequence[dict],
         for g in groups:
             if (g.suite, g.workload, g.metric) != (t.suite, t.workload, t.metric):
                 continue
-            if t.where is not None and not t.where(g.params):
+            if not t.applies(g.params):
                 continue
             by_variant = {r["variant"]: r for r in g.records}
             row = by_variant.get(t.variant)
