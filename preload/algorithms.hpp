@@ -25,7 +25,7 @@
 // The TCLocks delegate: a contended critical section may run on the thread
 // of the lock's current holder. Where this library depends on the calling
 // thread it first moves such a section back (delegation.hpp); what a
-// program's own code observes is in tclock.hpp and the README. Their
+// program's own code observes is in tclock.hpp and preload/README.md. Their
 // spinlock is ttas_lock, the nearest 4-byte relative of their
 // test-and-set gate.
 //

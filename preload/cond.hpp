@@ -31,7 +31,7 @@
 // the wake — the waiter either sees seq changed or is asleep and is woken.
 // Spurious wake-ups happen (a wake-one can hit a waiter that arrived after
 // the signal, the earlier one then returns from step 4 because seq moved),
-// as POSIX allows. Two limits, both documented in the README: a wake-one
+// as POSIX allows. Two limits, both documented in preload/README.md: a wake-one
 // reaches the kernel's first sleeper of highest priority, so with real-time
 // priorities a later, higher-priority waiter can take a signal meant for an
 // earlier one; and a waiter that sleeps through exactly 2^32 signals would

@@ -41,8 +41,8 @@
 // its own thread's but for what the kernel keeps (gettid(), signals), and
 // the moves above are then only needed for the kernel's part (sleeping
 // calls, robust/PI mutexes, fork); they are made either way. Without it,
-// what stays the combiner's, and is documented rather than fixed (README,
-// "LD_PRELOAD"): the program's own use of identity inside a critical section
+// what stays the combiner's, and is documented rather than fixed (preload/README.md,
+// "Limits"): the program's own use of identity inside a critical section
 // (pthread_self(), gettid(), its own thread_local variables); glibc's
 // per-thread state used inside one: malloc's thread cache and arena are the
 // combiner's (legal: both are the running thread's to use, the combiner's

@@ -353,7 +353,7 @@ void check_unread_environment() noexcept {
 // announcing anything. A reset checks g_child_mode_over after publishing
 // itself (the same handshake), so none begins after that. From then on an
 // unlock hands over; a lock the thread that forked still holds with ghosts
-// queued behind it is handed to a ghost (README). The same happens when
+// queued behind it is handed to a ghost (preload/README.md). The same happens when
 // the announcements run out (more than max_announced objects in use by
 // glibc's threads at once, a condition variable wait using two).
 //

@@ -14,7 +14,7 @@
 // Nothing here reads a word glibc wrote: every pthread_spin_init of a
 // preloaded process is ours (and the fork child's reset writes our 0). But a
 // spinlock in memory shared with a process that is not preloaded is
-// incompatible (README, LD_PRELOAD limits): ours would see glibc's unlocked 1
+// incompatible (preload/README.md, "Limits"): ours would see glibc's unlocked 1
 // as held, glibc ours as locked.
 #pragma once
 
