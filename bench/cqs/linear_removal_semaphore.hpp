@@ -47,7 +47,7 @@
 
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 
 namespace spindle::bench {
 
@@ -97,7 +97,7 @@ public:
             if (h->claim.compare_exchange_strong(expected, claim_granted, std::memory_order_acq_rel,
                                                  std::memory_order_acquire)) {
                 lock_.unlock();  // h cannot leave before our unpark
-                detail::unpark_with(&h->w, static_cast<unsigned>(handoff::dispatch));
+                detail::unpark_with(&h->w, handoff::dispatch);
                 return;
             }
             // Cancelled: its waiter will not find it; drop it and go on.

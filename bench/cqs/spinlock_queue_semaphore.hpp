@@ -39,7 +39,7 @@
 
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 
 namespace spindle::bench {
 
@@ -86,7 +86,7 @@ public:
             // Unlock first: the woken waiter needs nothing from lock_. It
             // cannot return (and free n) before this unpark.
             lock_.unlock();
-            detail::unpark_with(&n->w, static_cast<unsigned>(handoff::dispatch));
+            detail::unpark_with(&n->w, handoff::dispatch);
         }
     }
 

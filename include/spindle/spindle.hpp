@@ -15,7 +15,7 @@
 #include <spindle/sync/counting_semaphore.hpp>
 #include <spindle/sync/cqs_mutex.hpp>
 #include <spindle/sync/event.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/latch.hpp>
 #include <spindle/sync/mutex.hpp>
 #include <spindle/sync/pool.hpp>

@@ -615,9 +615,9 @@ namespace {
 // inline handoff)? It needs: a fiber waiter of the waker's scheduler, a waker
 // that is a fiber, a waiter allowed to run here (not pinned elsewhere), and a
 // waiter whose context is saved (parked).
-bool can_switch_into(worker* w, waiter* wt, unsigned policy) noexcept {
+bool can_switch_into(worker* w, waiter* wt, handoff policy) noexcept {
     fiber_ctx* f = wt->fiber;
-    if (policy == 1 || f == nullptr || w == nullptr || w->current == nullptr) return false;
+    if (policy == handoff::dispatch || f == nullptr || w == nullptr || w->current == nullptr) return false;
     // Parked first: acquire pairs with finish_park()'s exchange, so f's
     // context is saved and f->home is the one it parked with. Only after it:
     // a waiter that has not parked yet may be running elsewhere, where
@@ -643,15 +643,15 @@ fiber_ctx* give_way_to(worker* w, waiter* wt) noexcept {
 
 // Wake without switching: dispatch sends a fiber home, anything else is a
 // plain unpark.
-void unpark_no_switch(waiter* wt, unsigned policy) noexcept {
-    if (policy == 1 && wt->fiber != nullptr)
+void unpark_no_switch(waiter* wt, handoff policy) noexcept {
+    if (policy == handoff::dispatch && wt->fiber != nullptr)
         unpark_home(wt);  // reads the home only once the fiber is known parked
     else
         unpark(wt);
 }
 }  // namespace
 
-void unpark_and_park(waiter* wt, unsigned policy, waiter* self_wt) noexcept {
+void unpark_and_park(waiter* wt, handoff policy, waiter* self_wt) noexcept {
     worker* w = current_worker();
     if (self_wt->fiber == nullptr || !can_switch_into(w, wt, policy) ||
         w->current->resumer != nullptr) {
@@ -668,7 +668,7 @@ void unpark_and_park(waiter* wt, unsigned policy, waiter* self_wt) noexcept {
     run_post(current_worker());
 }
 
-void unpark_with(waiter* wt, unsigned policy) noexcept {
+void unpark_with(waiter* wt, handoff policy) noexcept {
     worker* w = current_worker();
     if (!can_switch_into(w, wt, policy)) {
         unpark_no_switch(wt, policy);
@@ -676,7 +676,7 @@ void unpark_with(waiter* wt, unsigned policy) noexcept {
     }
     fiber_ctx* f = wt->fiber;  // read first: once woken, wt may be gone
     fiber_ctx* self = give_way_to(w, wt);
-    if (policy == 2) {
+    if (policy == handoff::ces) {
         // CES (Fig. 6): we go to the executor — stealable once our context is
         // saved — and the waiter runs here, now. A fiber that an inline
         // resume suspended for us was to run when we next suspend: that is

@@ -196,7 +196,7 @@ channel_status channel_core::take_slow(void* result) noexcept {
     }
     if (granted->pending) pend_unlink_locked(granted);  // its cancel came too late
     granted->outcome = channel_status::ok;
-    const auto policy = static_cast<unsigned>(policy_);
+    const handoff policy = policy_;
     lock_.unlock();  // release: the move above happens before the sender returns
     finish_sender(granted, policy);
     return channel_status::ok;
@@ -295,7 +295,7 @@ channel_status channel_core::wait_as_sender(channel_sender& s, wait_guard* guard
 // is released now): close its claim, or wait for the canceller that won it
 // to finish with the channel, then wake it. After this the sender may
 // return -- and its caller, or ours, destroy the channel.
-void channel_core::finish_sender(channel_sender* s, unsigned policy) noexcept {
+void channel_core::finish_sender(channel_sender* s, handoff policy) noexcept {
     std::uint32_t c = channel_claim::waiting;
     // claim: waiting -> done. acq_rel pairs with the canceller's CAS:
     // exactly one wins.
@@ -385,7 +385,7 @@ void channel_core::settle() noexcept {
     lock_.unlock();
     while (wake != nullptr) {
         channel_sender* next = wake->wake_next;  // read before the wake: it may return at once
-        finish_sender(wake, static_cast<unsigned>(handoff::dispatch));
+        finish_sender(wake, handoff::dispatch);
         wake = next;
     }
 }
@@ -452,7 +452,7 @@ bool channel_core::close() noexcept {
     }
     while (wake != nullptr) {
         channel_sender* next = wake->wake_next;  // read before the wake: it may return at once
-        finish_sender(wake, static_cast<unsigned>(handoff::dispatch));
+        finish_sender(wake, handoff::dispatch);
         wake = next;
     }
     // Last access to *this: see the destructor.

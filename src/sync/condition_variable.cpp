@@ -125,7 +125,7 @@ void condition_variable::notify(bool all) noexcept {
     held->qlock_.unlock();
     while (detail::wait_node* wn = run_now.pop_front()) {
         mutex* m = static_cast<cv_node*>(wn)->mtx;
-        detail::unpark_with(&wn->w, static_cast<unsigned>(m->policy_));
+        detail::unpark_with(&wn->w, m->policy_);
     }
 }
 

@@ -346,7 +346,7 @@ void cqs_base::cancel_cell(cqs_segment* s, cqs_cell_slot& c, cqs_wait* w) noexce
     if (mark) {
         // The delegated resume goes on to the next waiter (Listing 6, line 52).
         // Dispatch: a cancelled waiter passing a value on does not give up its worker.
-        if (!resume_raw(v, static_cast<unsigned>(handoff::dispatch)))
+        if (!resume_raw(v, handoff::dispatch))
             hooks_.return_value(hooks_.self, v);  // only sync mode fails here
     } else {
         hooks_.complete_refused_resume(hooks_.self, v);
@@ -355,7 +355,7 @@ void cqs_base::cancel_cell(cqs_segment* s, cqs_cell_slot& c, cqs_wait* w) noexce
 
 // ---- resume -------------------------------------------------------------------
 
-bool cqs_base::resume_raw(std::uint64_t v, unsigned policy) noexcept {
+bool cqs_base::resume_raw(std::uint64_t v, handoff policy) noexcept {
     for (;;) {
         std::uint64_t e = enter();
         // Read the head before the FAA: it cannot be past our segment yet.

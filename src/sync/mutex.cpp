@@ -144,7 +144,7 @@ detail::wait_node* mutex::hand_over() noexcept {
 
 void mutex::unlock_slow() {
     // n holds the mutex and is parked: policy_ is still ours to read.
-    if (detail::wait_node* n = hand_over()) detail::unpark_with(&n->w, static_cast<unsigned>(policy_));
+    if (detail::wait_node* n = hand_over()) detail::unpark_with(&n->w, policy_);
 }
 
 void mutex::unlock_and_park(detail::wait_node& self) {
@@ -163,7 +163,7 @@ void mutex::unlock_and_park(detail::wait_node& self) {
     }
     if (n == &self) return;  // a notify queued us here, and we were first: ours again
     // n holds the mutex and is parked: policy_ is still ours to read.
-    detail::unpark_and_park(&n->w, static_cast<unsigned>(policy_), &self.w);
+    detail::unpark_and_park(&n->w, policy_, &self.w);
 }
 
 }  // namespace spindle

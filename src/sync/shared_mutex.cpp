@@ -233,12 +233,12 @@ void shared_mutex::wake(wait_node* granted, handoff policy) noexcept {
     // list stays ours to walk.
     for (wait_node* n = granted->next; n != nullptr;) {
         wait_node* next = n->next;  // read first: once woken, n may be gone
-        detail::unpark_with(&n->w, static_cast<unsigned>(handoff::dispatch));
+        detail::unpark_with(&n->w, handoff::dispatch);
         n = next;
     }
     // The one that enters without queuing delay (ces: switched to on this
     // worker, while we go to the executor).
-    detail::unpark_with(&granted->w, static_cast<unsigned>(policy));
+    detail::unpark_with(&granted->w, policy);
 }
 
 // unlock()'s CAS found Q set: hand the lock over, or -- every waiter

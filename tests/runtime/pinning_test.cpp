@@ -174,15 +174,15 @@ TEST(Pinning, PinnedFiberDeepInAnInlineChainStaysHome) {
         }, {.worker = 0});
         fiber t = sched.spawn([&] {
             park_here(wt);
-            spindle::detail::unpark_with(&ws, static_cast<unsigned>(handoff::ces));
+            spindle::detail::unpark_with(&ws, handoff::ces);
         }, {.worker = 0});
         fiber r = sched.spawn([&] {
             park_here(wr);
-            spindle::detail::unpark_with(&wt, static_cast<unsigned>(handoff::inline_resume));
+            spindle::detail::unpark_with(&wt, handoff::inline_resume);
         }, {.worker = 0});
         fiber p = sched.spawn([&] {
             while (!parked(wr) || !parked(wt) || !parked(ws)) this_fiber::sleep_for(100us);
-            spindle::detail::unpark_with(&wr, static_cast<unsigned>(handoff::inline_resume));
+            spindle::detail::unpark_with(&wr, handoff::inline_resume);
             p_after = this_fiber::worker_index();
         }, {.worker = 0, .pinned = true});
         p.join();

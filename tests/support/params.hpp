@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 
 namespace spindle::test {
 

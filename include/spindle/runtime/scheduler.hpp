@@ -14,7 +14,7 @@
 // Placement: a fiber spawned from a fiber of this scheduler goes to the
 // spawner's deque (newest first; idle workers steal the oldest); one spawned
 // from outside goes to the workers' inject lists in turn. Fibers migrate: by
-// stealing, and by a CES handoff (sync/handoff.hpp), which moves a mutex
+// stealing, and by a CES handoff (runtime/handoff.hpp), which moves a mutex
 // waiter to the unlocker's worker. A fiber woken by another thread goes back
 // to the worker it last ran on.
 //

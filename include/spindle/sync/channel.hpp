@@ -164,7 +164,7 @@
 // the wake-up and the settling, is its last access; the destructor waits
 // for busy_ to drop to 0.
 //
-// Handoff (sync/handoff.hpp): a receiver woken by a send, and a sender woken
+// Handoff (runtime/handoff.hpp): a receiver woken by a send, and a sender woken
 // by the receive that took its element, are woken with the channel's policy,
 // a constructor argument. Default ces, as for spindle's other primitives: a
 // fiber that wakes a parked fiber switches straight to it (the element is
@@ -240,7 +240,7 @@
 #include <utility>
 
 #include <spindle/arch/config.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/detail/cqs.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 
@@ -505,7 +505,7 @@ private:
     SPINDLE_NOINLINE void wake_receiver() noexcept;
     SPINDLE_NOINLINE void settle() noexcept;
     static channel_status wait_as_sender(channel_sender& s, wait_guard* guard) noexcept;
-    static void finish_sender(channel_sender* s, unsigned policy) noexcept;
+    static void finish_sender(channel_sender* s, handoff policy) noexcept;
     bool try_take_permit_locked() noexcept SPINDLE_REQUIRES(lock_);
     bool take_permit_or_flag_locked() noexcept SPINDLE_REQUIRES(lock_);
     void withdraw_locked(channel_sender* s, channel_status outcome) noexcept SPINDLE_REQUIRES(lock_);
@@ -564,7 +564,7 @@ public:
 
     static constexpr std::size_t max_capacity() noexcept { return detail::channel_core::max_capacity; }
 
-    // capacity 0: rendezvous. policy: how a woken fiber runs (sync/handoff.hpp).
+    // capacity 0: rendezvous. policy: how a woken fiber runs (runtime/handoff.hpp).
     explicit channel(std::size_t capacity, handoff policy = handoff::ces)
         : core_(capacity, detail::channel_elem_ops_for<T>, policy) {}
     channel(const channel&) = delete;

@@ -15,7 +15,7 @@
 // Callable from fibers (the fiber suspends; its worker runs other fibers) and
 // from plain OS threads (the thread sleeps on a futex), mixed freely.
 //
-// Handoff (sync/handoff.hpp; a constructor argument, as for spindle::mutex).
+// Handoff (runtime/handoff.hpp; a constructor argument, as for spindle::mutex).
 // A release(n) by a fiber that finds waiters wakes n-1 of them with
 // `dispatch` and the last with the semaphore's policy: with `ces` (the
 // default) the releaser goes to the executor and its worker switches
@@ -103,7 +103,7 @@
 #include <stop_token>
 
 #include <spindle/arch/config.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/detail/cqs.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 

@@ -51,7 +51,7 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/sync/counting_semaphore.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 
 namespace spindle {

@@ -111,7 +111,7 @@
 // < 0 while anyone waits). Manual: set() releases them all, waking them in
 // the order they reached the queue.
 //
-// Handoff (sync/handoff.hpp): a constructor argument, `ces` by default.
+// Handoff (runtime/handoff.hpp): a constructor argument, `ces` by default.
 // Automatic: set() from a fiber switches straight to the parked fiber it
 // wakes (with ces or inline_resume). Manual: set() wakes all but the last
 // waiter with dispatch and the last with the policy (the CES paper's rule
@@ -167,7 +167,7 @@
 #include <spindle/arch/config.hpp>
 #include <spindle/sync/detail/cqs.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 
 namespace spindle {
 

@@ -17,7 +17,7 @@
 // mutex never becomes free in between, so nobody overtakes a chosen waiter.
 // (try_lock may still take a mutex that nobody waits for.)
 //
-// Handoff policy (sync/handoff.hpp) is a constructor argument rather than a
+// Handoff policy (runtime/handoff.hpp) is a constructor argument rather than a
 // template parameter: one `spindle::mutex` type works with one
 // condition_variable and std::unique_lock, containers may mix policies, and
 // the policy is read only on the contended path, next to a context switch,
@@ -64,7 +64,7 @@
 #include <stop_token>
 
 #include <spindle/arch/config.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 
 namespace spindle {

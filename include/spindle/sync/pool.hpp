@@ -110,7 +110,7 @@
 // being put (its put has not returned), or, as in the paper, for the moment
 // an element delegated to a waiter being cancelled sits in its cell.
 //
-// Handoff (sync/handoff.hpp): a constructor argument, `ces` by default. With
+// Handoff (runtime/handoff.hpp): a constructor argument, `ces` by default. With
 // ces (or inline_resume) a put() from a fiber that finds a parked fiber
 // waiting switches straight to it: the taker runs at once with the element,
 // on this worker, and the putter continues on another when one is free.
@@ -157,7 +157,7 @@
 #include <spindle/sync/detail/cqs.hpp>
 #include <spindle/sync/detail/pool_storage.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 
 namespace spindle {
 

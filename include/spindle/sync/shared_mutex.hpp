@@ -27,7 +27,7 @@
 // (a CAS and a fetch_sub), lock and unlock one CAS each.
 //
 // Handoff (CES paper §5.2, "Reader-Writer Mutex"), with the policy given to
-// the constructor as for spindle::mutex (sync/handoff.hpp):
+// the constructor as for spindle::mutex (runtime/handoff.hpp):
 //
 //   unlocker               | next in the queue      | who is woken, and how
 //   -----------------------+------------------------+------------------------------
@@ -188,7 +188,7 @@
 #include <stop_token>
 
 #include <spindle/arch/config.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 
 namespace spindle {

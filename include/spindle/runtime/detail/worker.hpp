@@ -66,6 +66,7 @@
 #include <spindle/arch/tls.hpp>
 #include <spindle/memory/stack.hpp>
 #include <spindle/runtime/detail/deque.hpp>
+#include <spindle/runtime/handoff.hpp>
 
 namespace spindle {
 class scheduler;
@@ -297,15 +298,14 @@ bool thread_park_spin(waiter* wt,
 bool spin_before_queue(bool (*done)(const void* arg) noexcept, const void* arg,
                        std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) noexcept;
 void unpark(waiter* wt) noexcept;                       // wake it (dispatch)
-// Wake `wt` with a handoff policy (0 inline_resume, 1 dispatch, 2 ces, as
-// spindle::handoff): switches into a parked fiber waiter when the policy and
-// the caller allow it, else unparks.
-void unpark_with(waiter* wt, unsigned policy) noexcept;
+// Wake `wt` with a handoff policy: switches into a parked fiber waiter when
+// the policy and the caller allow it, else unparks.
+void unpark_with(waiter* wt, handoff policy) noexcept;
 // Wake `wt` with `policy` and park `self` in one step: where a switch is
 // allowed, the caller's worker goes straight to the waiter and the caller
 // parks (a contended unlock by a fiber about to wait, as in a condition
 // variable's wait). Otherwise unpark(wt), then park(self).
-void unpark_and_park(waiter* wt, unsigned policy, waiter* self) noexcept;
+void unpark_and_park(waiter* wt, handoff policy, waiter* self) noexcept;
 void make_ready(fiber_ctx* f) noexcept;                 // a suspended fiber may run
 void yield_thread() noexcept;                           // this_fiber::yield() off a fiber
 

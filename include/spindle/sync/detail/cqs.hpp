@@ -132,7 +132,7 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/runtime/detail/worker.hpp>
-#include <spindle/sync/handoff.hpp>
+#include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/detail/cqs_cell.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>
 
@@ -228,8 +228,8 @@ public:
 
     raw_result suspend_raw(std::chrono::steady_clock::time_point deadline, std::stop_token* st,
                            std::uint64_t tag) noexcept;
-    // policy: a spindle::handoff as its number (how a woken fiber runs).
-    bool resume_raw(std::uint64_t v, unsigned policy) noexcept;
+    // policy: how a woken fiber runs.
+    bool resume_raw(std::uint64_t v, handoff policy) noexcept;
 
     // Frees unlinked segments whose grace period is over (while an
     // operation is inside the queue it can advance the epoch at most once
@@ -366,11 +366,11 @@ public:
     }
 
     // Completes the oldest suspend (see the table). A parked fiber waiter
-    // is woken with `policy` (sync/handoff.hpp): with ces or inline_resume
+    // is woken with `policy` (runtime/handoff.hpp): with ces or inline_resume
     // the caller, if it is a fiber, switches straight to the waiter. Call it
     // with no lock held that the waiter might need.
     bool resume(T v, handoff policy = handoff::dispatch) noexcept {
-        return base_.resume_raw(encode(v), static_cast<unsigned>(policy));
+        return base_.resume_raw(encode(v), policy);
     }
 
     void reclaim() noexcept { base_.reclaim(); }
