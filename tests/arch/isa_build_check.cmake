@@ -18,7 +18,8 @@ else()
 endif()
 foreach(v IN LISTS variants)
   separate_arguments(isa UNIX_COMMAND "${v}")
-  foreach(src src/runtime/scheduler.cpp src/runtime/generator.cpp tests/arch/tls_probe.cpp)
+  foreach(src src/runtime/worker_loop.cpp src/runtime/handoff.cpp src/runtime/fiber.cpp
+              src/runtime/generator.cpp tests/arch/tls_probe.cpp)
     get_filename_component(name ${src} NAME_WE)
     execute_process(COMMAND ${cxx} ${extra} ${isa} -std=c++20 -O2 -DNDEBUG -I${ROOT}/include
                             -S ${ROOT}/${src} -o ${OUT}/${name}.s

@@ -88,7 +88,8 @@ struct fiber_options {
 
 namespace detail {
 
-// Scheduler internals the templates below need (src/runtime/scheduler.cpp).
+// Scheduler internals the templates below need (src/runtime/scheduler.cpp and
+// fiber.cpp).
 scheduler_state* current_scheduler_state() noexcept;  // of the calling fiber, or null
 scheduler_state* default_scheduler_state();           // process-wide, made on first use
 std::size_t resolve_stack_size(scheduler_state* s, std::size_t requested) noexcept;

@@ -122,7 +122,7 @@ public:
     [[nodiscard]] bool maybe_nonempty() const noexcept {
         return bottom_.load(std::memory_order_relaxed) > top_.load(std::memory_order_relaxed);
     }
-    // seq_cst: the re-check of a parking worker (scheduler.cpp, park_worker),
+    // seq_cst: the re-check of a parking worker (worker_loop.cpp, park_worker),
     // paired with push()'s seq_cst store of bottom.
     [[nodiscard]] bool empty_seq_cst() const noexcept {
         return bottom_.load(std::memory_order_seq_cst) <= top_.load(std::memory_order_seq_cst);

@@ -39,14 +39,7 @@
 // returning from a switch, a fiber starting, or the loop — runs it first
 // (run_post). Every landing site calls run_post.
 //
-// Parking protocol (waiter::state), the fiber analogue of a futex:
-//   park():   suspend, then (post-switch) state.exchange(parked); if a wake
-//             came first (notified), make the fiber ready again at once.
-//   unpark(): state.exchange(notified); if it was parked, make the fiber
-//             ready. Exactly one unpark per park: the caller of unpark is
-//             whoever took the waiter out of its queue.
-// A CES handoff or an inline resume switches into a waiter only when it sees
-// it parked (its context saved); otherwise it falls back to unpark().
+// Parking (waiter, park, unpark, the handoff decision): runtime/detail/park.hpp.
 //
 // Fibers migrate: a fiber may resume on another worker (stealing, CES). Code
 // that runs after a switch re-reads current_worker(), which reads the thread
@@ -55,7 +48,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -66,7 +58,7 @@
 #include <spindle/arch/tls.hpp>
 #include <spindle/memory/stack.hpp>
 #include <spindle/runtime/detail/deque.hpp>
-#include <spindle/runtime/handoff.hpp>
+#include <spindle/runtime/detail/park.hpp>
 
 namespace spindle {
 class scheduler;
@@ -79,81 +71,6 @@ struct scheduler_state;
 
 // Sentinel stored in fiber_ctx::join_state once the fiber finished.
 inline void* const join_done = reinterpret_cast<void*>(std::uintptr_t{1});
-
-// waiter::state values.
-inline constexpr std::uint32_t park_empty = 0;     // waiting, not yet (known to be) suspended
-inline constexpr std::uint32_t park_parked = 1;    // a fiber's context is saved; unpark makes it ready.
-                                                   // A thread sleeps (or is about to) on the futex;
-                                                   // unpark must futex_wake it
-inline constexpr std::uint32_t park_notified = 2;  // woken
-
-// An OS thread watches for its unpark a little before it sleeps: first
-// thread_park_spins cpu_relax steps (about 0.4 us on the 2-CPU EPYC we
-// measure on), then up to thread_park_yields sched_yield calls (stopping at
-// the wait's deadline, if it has one). Then it sleeps on the futex.
-//   - The spin catches a handoff that comes at once (a semaphore passed back
-//     and forth between two threads on two CPUs) at cache-miss latency.
-//     Longer spinning costs the oversubscribed case: every cpu_relax step
-//     there is taken from a thread that has yet to arrive or release.
-//   - The yields make a wait on an otherwise idle CPU last about as long as
-//     a futex sleep and its wake-up would cost (a yield returns in ~0.4 us
-//     when nothing else is runnable, so ~25 us; a sleep and wake-up here cost
-//     15-20 us, most of it waking an idle CPU): the usual spin-then-block
-//     rule, which keeps a waiter within 2x of the better fixed choice. A wait
-//     shorter than that (a latch whose count-downs take 13 us) ends without
-//     a system call on the waking side.
-//   - Yields, not spins, because with more threads than CPUs a spinning
-//     waiter keeps the thread that is to wake it off the CPU, while a
-//     yielding one gives way and is still awake, and so quick to resume,
-//     when its turn comes. Counted rather than timed for the same reason: a
-//     time limit would put the waiter to sleep exactly when others are
-//     running, and its wake-up would then cost a futex_wake and a
-//     reschedule (semaphore, 1 permit, 8 threads: 0.10-0.16 M/s with a
-//     20 us limit, 0.35-0.41 M/s counted).
-// bench/cqs, threads, 2 CPUs, this vs std in the same run (before: 128
-// cpu_relax + 8 yields): latch with 1/2/4 actors 15k/11k/17k ns a round vs
-// std 31-38k/16k/16k (before 45-50k/20k/21k); barrier with 2/4/8 parties
-// 0.55k/4.3-4.5k/8.5-9.6k ns a phase vs std 1.5-2.4k/4.3k/8.1-9.2k (before
-// 0.5k/9-13k/19k); semaphore with 1 permit and 2/4/8 threads 2.3/0.61/0.40
-// M/s vs std 2.4/2.2/2.2 (before 2.6/0.24-0.42/0.25-0.38: the FIFO handoff
-// to a thread that is not running is what remains).
-inline constexpr unsigned thread_park_spins = 16;
-inline constexpr unsigned thread_park_yields = 64;
-
-// A fiber whose worker has nothing else to run -- no other ready fiber here,
-// nothing to steal -- watches for its unpark for up to fiber_park_spins
-// cpu_relax steps before it suspends (looking at the queues again every 16).
-// Suspending would leave the worker idle anyway, and a wake-up that comes
-// while the fiber is still here costs the waker one store: no ready queue,
-// no steal, no migration of the fiber's stack to the waker's CPU (a CES
-// waker switches only into a parked fiber). So two fibers on two workers
-// pass a semaphore back and forth as two threads would.
-inline constexpr unsigned fiber_park_spins = 1024;
-
-// A wait that ends for everyone at once (a barrier's phase, a latch opening)
-// first watches the primitive's own word, before it takes a place in the
-// queue: an OS thread for queue_spins cpu_relax steps and queue_yields
-// sched_yield calls (std::barrier's and std::latch's waits, libstdc++'s
-// __atomic_spin: 12 and 4), a fiber as in fiber_park_spin. A wait that ends
-// meanwhile costs its primitive nothing: no registration, no cell, no resume
-// and no futex wake by whoever ends it, and nothing else for the other
-// waiters to contend with. bench/cqs barrier, threads on 2 CPUs, medians of
-// five runs of std::barrier's time / spindle's: 4 parties 0.95 -> 0.98, 8
-// parties 0.96 -> 1.06 (the OS's context switches dominate both); longer
-// watches (16, 64 yields) measured the same within the noise.
-inline constexpr unsigned queue_spins = 12;
-inline constexpr unsigned queue_yields = 4;
-
-// Someone who waits: a fiber or an OS thread. Lives on the waiter's stack.
-struct waiter {
-    struct fiber_ctx* fiber = nullptr;  // the waiting fiber, or null for an OS thread
-    // park_* above. Fibers: exchanged by park's post-switch action and by
-    // unpark (acq_rel, so the unparker's writes are seen by the woken side).
-    // Threads: the futex word; park spins, then CASes empty -> parked and
-    // sleeps; unpark exchanges in notified and futex_wakes only a parked
-    // thread (acq_rel both ways).
-    std::atomic<std::uint32_t> state{park_empty};
-};
 
 // A post-switch action (see above).
 struct post_action {
@@ -239,7 +156,7 @@ struct alignas(arch::cache_line) worker {
 };
 
 // The worker whose thread this is; null on other threads. The variable
-// (spindle_tl_worker, defined in src/runtime/scheduler.cpp) is not declared
+// (spindle_tl_worker, defined in src/runtime/worker_loop.cpp) is not declared
 // to C++ at all: it is reached only through current_worker() and
 // set_current_worker(), which read the thread pointer afresh at each call
 // (arch/tls.hpp). Fibers migrate, so code re-reads it after every switch, and
@@ -279,34 +196,13 @@ SPINDLE_ALWAYS_INLINE void ring_replace(fiber_ctx* old, fiber_ctx* f) noexcept {
     }
 }
 
-// Out of line (src/runtime/scheduler.cpp).
+// Out of line (src/runtime/worker_loop.cpp).
 SPINDLE_NOINLINE void run_post_slow(worker* w) noexcept;
 SPINDLE_ALWAYS_INLINE void run_post(worker* w) noexcept {
     if (w->post.fn != nullptr) [[unlikely]]
         run_post_slow(w);
 }
 SPINDLE_SWITCH_FN void yield_slow(worker* w) noexcept;   // this_fiber::yield() with work queued
-void park(waiter* wt) noexcept;                         // wait until unparked
-// A thread's spin before it sleeps (see thread_park_spins): true if unparked.
-// It gives up by `deadline` at the latest (give or take one yield). Before
-// it yields it moves a delegated TCLock section home (tclock_may_block).
-bool thread_park_spin(waiter* wt,
-                      std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) noexcept;
-// The watch before a broadcast wait queues (see queue_spins): true once
-// done(arg) said so, false if the wait must queue. A thread yields only
-// before `deadline`.
-bool spin_before_queue(bool (*done)(const void* arg) noexcept, const void* arg,
-                       std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max()) noexcept;
-void unpark(waiter* wt) noexcept;                       // wake it (dispatch)
-// Wake `wt` with a handoff policy: switches into a parked fiber waiter when
-// the policy and the caller allow it, else unparks.
-void unpark_with(waiter* wt, handoff policy) noexcept;
-// Wake `wt` with `policy` and park `self` in one step: where a switch is
-// allowed, the caller's worker goes straight to the waiter and the caller
-// parks (a contended unlock by a fiber about to wait, as in a condition
-// variable's wait). Otherwise unpark(wt), then park(self).
-void unpark_and_park(waiter* wt, handoff policy, waiter* self) noexcept;
-void make_ready(fiber_ctx* f) noexcept;                 // a suspended fiber may run
 void yield_thread() noexcept;                           // this_fiber::yield() off a fiber
 
 }  // namespace spindle::detail

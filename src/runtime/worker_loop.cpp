@@ -1,0 +1,159 @@
+// The worker loop: each worker thread runs fibers from its queues, steals
+// when they are empty, and parks on its futex when there is nothing to
+// steal either. Also a fiber's yield. The queues are in run_queues.hpp; the
+// data structures in include/spindle/runtime/detail/worker.hpp.
+#include <cstdint>
+
+#include "run_queues.hpp"
+
+namespace spindle::detail {
+
+// current_worker()'s variable (worker.hpp): reached only through
+// SPINDLE_FRESH_TLS_ADDRESS, never by this name.
+__thread worker* tl_worker_storage SPINDLE_TLS_NAME("spindle_tl_worker")
+    __attribute__((tls_model("initial-exec"), used)) = nullptr;
+
+void wake_all_workers(scheduler_state* s) noexcept {
+    for (auto& w : s->workers) {
+        // Unconditional: this happens once, at shutdown.
+        w->epoch.fetch_add(1, std::memory_order_seq_cst);
+        futex_wake(&w->epoch, 1);
+    }
+}
+
+namespace {
+
+std::uint64_t next_random(worker* w) noexcept {
+    // xorshift64*: victim selection only.
+    std::uint64_t x = w->rng;
+    x ^= x >> 12;
+    x ^= x << 25;
+    x ^= x >> 27;
+    w->rng = x;
+    return x * 0x2545F4914F6CDD1DULL;
+}
+
+fiber_ctx* steal_one(worker* w) noexcept {
+    scheduler_state* s = w->sched;
+    std::size_t n = s->workers.size();
+    if (n < 2) return nullptr;
+    std::size_t start = static_cast<std::size_t>(next_random(w) % n);
+    for (std::size_t i = 0; i < n; ++i) {
+        worker* v = s->workers[(start + i) % n].get();
+        if (v == w) continue;
+        for (int attempt = 0; attempt < 4; ++attempt) {
+            if (!v->deque.maybe_nonempty()) break;
+            if (fiber_ctx* f = v->deque.steal()) return f;
+        }
+    }
+    return nullptr;
+}
+
+// Something for the worker loop to run: its inject list, its deque, then
+// the other workers' deques.
+fiber_ctx* find_work(worker* w) noexcept {
+    drain_inject(w);
+    if (fiber_ctx* f = pop_ready(w)) return f;
+    return steal_one(w);
+}
+
+bool any_work_seq_cst(worker* w) noexcept {
+    // seq_cst loads: the re-check half of park_worker's Dekker pair with a
+    // publisher's seq_cst push (inject CAS, deque bottom store).
+    if (w->inject_head.load(std::memory_order_seq_cst) != nullptr) return true;
+    for (auto& v : w->sched->workers)
+        if (!v->deque.empty_seq_cst()) return true;
+    return false;
+}
+
+void park_worker(worker* w) noexcept {
+    scheduler_state* s = w->sched;
+    // The epoch is read before announcing ourselves: a wake after this
+    // point changes it, and futex_wait then returns at once.
+    std::uint32_t key = w->epoch.load(std::memory_order_seq_cst);
+    // seq_cst store: before the count, so a notifier that sees the count
+    // also sees parked (claim_and_wake's load).
+    w->parked.store(true, std::memory_order_seq_cst);
+    // seq_cst RMW then seq_cst re-check of the queues: the Dekker pair with
+    // a publisher's seq_cst push then notify_sleeper()'s load of sleepers.
+    s->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!any_work_seq_cst(w) && !should_stop(s)) futex_wait(&w->epoch, key);
+    // Claimed by a notifier (parked already false) or not: either way we
+    // are awake and will look for work.
+    // relaxed: only we and claimers write it, and a stale true costs a
+    // claimer one futex_wake on an awake worker.
+    w->parked.store(false, std::memory_order_relaxed);
+    // seq_cst: a notifier that still counts us finds no parked worker and
+    // returns; we are awake and about to search the queues ourselves.
+    s->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+}  // namespace
+
+void run_post_slow(worker* w) noexcept {
+    post_action p = w->post;
+    w->post = post_action{};
+    p.fn(p.arg);
+}
+
+void run_worker_thread(worker* w) {
+    install_overflow_handler();
+    defer_stack_pool_trim();
+    set_current_worker(w);
+    w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
+    for (;;) {
+        run_post(w);
+        fiber_ctx* f = find_work(w);
+        if (f == nullptr && !should_stop(w->sched)) {
+            // Spin a little before paying for a futex sleep and wake: work
+            // handed off by a CES unlock often arrives within microseconds.
+            for (int i = 0; i < 64 && f == nullptr; ++i) {
+                for (int k = 0; k < 32; ++k) arch::cpu_relax();
+                f = find_work(w);
+            }
+        }
+        if (f != nullptr) {
+            settle(w, f);
+            f->next = f->prev = f;
+            w->current = f;
+            arch::switch_to(&w->loop_ctx, &f->ctx);
+            continue;
+        }
+        if (should_stop(w->sched)) break;
+        // Idle: give back what a burst of fiber ends left in our stack pool,
+        // a batch at a time, looking for work in between.
+        if (trim_stack_pool(stack_pool_trim_batch) != 0) continue;
+        park_worker(w);
+    }
+    set_current_worker(nullptr);
+}
+
+void yield_slow(worker* w) noexcept {
+    w->yield_check = 0;
+    drain_inject(w);
+    fiber_ctx* self = w->current;
+    fiber_ctx* n = self->resumer;
+    if (n != nullptr) {
+        self->resumer = nullptr;
+    } else if ((++w->picks & 15) != 0 || self->next == self) {
+        n = pop_ready(w);
+    } else {
+        // The ring's turn: what waits in the pinned list or the deque must
+        // be looked at again by the next yield.
+        w->yield_check = 1;
+    }
+    if (n != nullptr) {
+        // Runs next; self stays in the ring and runs after the ring's others.
+        settle(w, n);
+        ring_insert_after(self, n);
+        w->yield_check = 1;  // the deque may hold more
+    } else {
+        n = self->next;
+        if (n == self) return;
+    }
+    w->current = n;
+    arch::switch_to(&self->ctx, &n->ctx);
+    run_post(current_worker());
+}
+
+}  // namespace spindle::detail
