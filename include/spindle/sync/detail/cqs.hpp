@@ -131,7 +131,7 @@
 #include <type_traits>
 
 #include <spindle/arch/config.hpp>
-#include <spindle/runtime/detail/worker.hpp>
+#include <spindle/runtime/detail/park.hpp>
 #include <spindle/runtime/handoff.hpp>
 #include <spindle/sync/detail/cqs_cell.hpp>
 #include <spindle/sync/detail/wait_queue.hpp>

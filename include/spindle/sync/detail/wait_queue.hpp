@@ -30,9 +30,8 @@
 #include <type_traits>
 
 #include <spindle/arch/config.hpp>
-#include <spindle/arch/context.hpp>
 #include <spindle/runtime/detail/timer.hpp>
-#include <spindle/runtime/detail/worker.hpp>
+#include <spindle/runtime/detail/park.hpp>
 #include <spindle/sync/detail/race_point.hpp>
 
 namespace spindle::detail {
