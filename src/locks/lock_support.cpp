@@ -11,12 +11,6 @@
 
 namespace spindle::detail {
 
-void lock_misuse(const char* type, const void* lock, const char* what) noexcept {
-    std::fprintf(stderr, "spindle: %s at %p: %s\n", type, lock, what);
-    std::fflush(stderr);
-    std::abort();
-}
-
 namespace {
 
 // The one key whose destructor runs a thread's hooks. Made on first need:

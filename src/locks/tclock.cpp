@@ -430,16 +430,9 @@ SPINDLE_COLD int adopt_default() noexcept {
         if (e[0] == '0' && e[1] == '\0') {
             want = false;
         } else if (!(e[0] == '1' && e[1] == '\0')) {
-            char buf[256];
-            const int n = std::snprintf(buf, sizeof buf,
-                                        "spindle: SPINDLE_TCLOCK_ADOPT=%.64s is not valid; valid values: 0 (a "
-                                        "delegated section runs as the combiner's thread), 1 (as its own, the "
-                                        "default where the CPU allows)\n",
-                                        e);
-            if (n > 0) {
-                [[maybe_unused]] auto r = ::write(2, buf, static_cast<std::size_t>(std::min(n, int{sizeof buf} - 1)));
-            }
-            std::abort();
+            fatal("SPINDLE_TCLOCK_ADOPT=%.64s is not valid; valid values: 0 (a delegated section runs as the "
+                  "combiner's thread), 1 (as its own, the default where the CPU allows)",
+                  e);
         }
     }
     return want && fsgsbase_usable() ? 1 : 0;
@@ -1106,15 +1099,6 @@ const void* tc_tail(const tc_word* w) noexcept { return w->tail.load(std::memory
 tc_counters tc_read_counters() noexcept {
     return {g_ooo_finishes.load(std::memory_order_relaxed), g_handbacks.load(std::memory_order_relaxed),
             g_handoffs.load(std::memory_order_relaxed)};
-}
-
-void tc_misuse(const void* lock, const char* type, const char* what) noexcept {
-    char buf[256];
-    const int n = std::snprintf(buf, sizeof buf, "spindle: %s %p: %s\n", type, lock, what);
-    if (n > 0) {
-        [[maybe_unused]] auto r = ::write(2, buf, static_cast<std::size_t>(std::min(n, int{sizeof buf} - 1)));
-    }
-    std::abort();
 }
 
 }  // namespace spindle::detail

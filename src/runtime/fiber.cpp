@@ -10,6 +10,8 @@
 #include <string>
 #include <utility>
 
+#include <spindle/arch/fatal.hpp>
+
 #include "run_queues.hpp"
 
 namespace spindle::detail {

@@ -29,9 +29,9 @@ void generator_entry(arch::raw_context* self, arch::raw_context*) noexcept {
         // body): it cannot be swallowed, nor carried to the consumer's stack
         // (see fiber_entry).
         if (!f->error)
-            generator_misuse(f->id,
-                             "body called pthread_exit() or was cancelled as a thread: a generator's body ends by "
-                             "returning, and its thread must not be cancelled while it runs");
+            fatal("generator %llu body called pthread_exit() or was cancelled as a thread: a generator's body "
+                  "ends by returning, and its thread must not be cancelled while it runs",
+                  static_cast<unsigned long long>(f->id));
     }
     f->status |= gen_done;
     if constexpr (gen_resume_after_done_ok) {
@@ -84,18 +84,6 @@ generator_frame_base* gen_eh_leave_slow(generator_frame_base* f) noexcept {
     f->status = static_cast<std::uint8_t>((f->status & ~(gen_eh_swapped | gen_body_eh)) |
                                           (eh_state_busy(body) ? gen_body_eh : 0));
     return f;
-}
-
-void generator_misuse(std::uint64_t id, const char* what) noexcept {
-    std::fprintf(stderr, "spindle: generator %llu %s\n", static_cast<unsigned long long>(id), what);
-    std::fflush(stderr);
-    std::abort();
-}
-
-void generator_handle_misuse(const void* handle, const char* what) noexcept {
-    std::fprintf(stderr, "spindle: generator handle %p: %s\n", handle, what);
-    std::fflush(stderr);
-    std::abort();
 }
 
 void release_generator_frame(generator_frame_base* f) noexcept {

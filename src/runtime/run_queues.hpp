@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/runtime/detail/worker.hpp>

@@ -3,10 +3,9 @@
 // handoff decision in handoff.cpp, the fiber life cycle in fiber.cpp.
 #include <spindle/runtime/scheduler.hpp>
 
+#include <spindle/arch/fatal.hpp>
+
 #include <atomic>
-#include <cstdarg>
-#include <cstdio>
-#include <cstdlib>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -16,17 +15,6 @@
 #include "run_queues.hpp"
 
 namespace spindle::detail {
-
-void fatal(const char* fmt, ...) noexcept {
-    std::va_list ap;
-    va_start(ap, fmt);
-    std::fputs("spindle: ", stderr);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::fflush(stderr);
-    std::abort();
-}
 
 scheduler_state* current_scheduler_state() noexcept {
     worker* w = current_worker();

@@ -1,6 +1,7 @@
 // spindle::barrier slow paths (include/spindle/sync/barrier.hpp).
 #include <spindle/sync/barrier.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 
 namespace spindle::detail {

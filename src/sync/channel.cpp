@@ -5,6 +5,7 @@
 #include <new>
 
 #include <spindle/arch/context.hpp>
+#include <spindle/arch/fatal.hpp>
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/runtime/fiber.hpp>
 

@@ -12,6 +12,7 @@
 // cv queue decides its fate, so exactly one unpark happens.
 #include <spindle/sync/condition_variable.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/sync/detail/cv_queue.hpp>
 

@@ -10,6 +10,7 @@
 // queue unparks it, so exactly one unpark happens.
 #include <spindle/sync/condition_variable_any.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 #include <spindle/sync/detail/cv_queue.hpp>
 

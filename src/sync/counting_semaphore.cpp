@@ -2,6 +2,7 @@
 // (include/spindle/sync/counting_semaphore.hpp).
 #include <spindle/sync/counting_semaphore.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 
 namespace spindle::detail {

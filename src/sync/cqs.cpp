@@ -1,6 +1,7 @@
 // CancellableQueueSynchronizer (include/spindle/sync/detail/cqs.hpp).
 #include <spindle/sync/detail/cqs.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/runtime/fiber.hpp>
 

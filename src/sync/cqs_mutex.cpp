@@ -2,6 +2,7 @@
 // everything else is detail::semaphore_core with one permit.
 #include <spindle/sync/cqs_mutex.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 
 namespace spindle {

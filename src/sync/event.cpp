@@ -1,6 +1,7 @@
 // spindle::event slow paths (include/spindle/sync/event.hpp).
 #include <spindle/sync/event.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/runtime/fiber.hpp>
 

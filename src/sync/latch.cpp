@@ -1,6 +1,7 @@
 // spindle::latch slow paths (include/spindle/sync/latch.hpp).
 #include <spindle/sync/latch.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 
 namespace spindle {

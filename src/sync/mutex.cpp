@@ -1,6 +1,7 @@
 // spindle::mutex slow paths (include/spindle/sync/mutex.hpp).
 #include <spindle/sync/mutex.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 
 namespace spindle {

@@ -3,6 +3,7 @@
 #include <spindle/sync/pool.hpp>
 
 #include <spindle/arch/context.hpp>
+#include <spindle/arch/fatal.hpp>
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/runtime/fiber.hpp>
 

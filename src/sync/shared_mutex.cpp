@@ -3,6 +3,7 @@
 // the invariants I1-I3 are drawn in the header.
 #include <spindle/sync/shared_mutex.hpp>
 
+#include <spindle/arch/fatal.hpp>
 #include <spindle/runtime/fiber.hpp>
 
 namespace spindle {

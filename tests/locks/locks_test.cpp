@@ -507,7 +507,7 @@ TYPED_TEST(LockTest, UnlockOfUnlockedLockAborts) {
 #if SPINDLE_DEBUG_CHECKS
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     const std::string pattern =
-        std::string(TypeParam::name) + " at 0x[0-9a-f]+: unlock\\(\\) of a lock that is not locked";
+        std::string(TypeParam::name) + " 0x[0-9a-f]+: unlock\\(\\) of a lock that is not locked";
     EXPECT_DEATH(
         {
             TypeParam l;
@@ -549,7 +549,7 @@ TYPED_TEST(HemlockTest, RelockByHolderAborts) {
             l.lock();
             l.lock();
         },
-        std::string(TypeParam::name) + " at 0x[0-9a-f]+: lock\\(\\) of a lock the calling thread holds");
+        std::string(TypeParam::name) + " 0x[0-9a-f]+: lock\\(\\) of a lock the calling thread holds");
 #else
     GTEST_SKIP() << "misuse checks are off in this build";
 #endif

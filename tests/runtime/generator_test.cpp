@@ -393,7 +393,7 @@ TEST(GeneratorDeath, ResumingFromInsideItsBodyAborts) {
             g.next();
             g.next();
         },
-        "spindle: generator [0-9]+ resumed from inside its own body");
+        "spindle: generator [0-9]+: resumed from inside its own body");
 }
 
 TEST(GeneratorDeath, ValueBeforeTheFirstNextAborts) {
@@ -403,7 +403,7 @@ TEST(GeneratorDeath, ValueBeforeTheFirstNextAborts) {
             generator<int> g([](auto& y) { y(1); });
             (void)g.value();
         },
-        "spindle: generator [0-9]+ value\\(\\) before the first next\\(\\)");
+        "spindle: generator [0-9]+: value\\(\\) before the first next\\(\\)");
 }
 
 TEST(GeneratorDeath, ValueAfterTheEndAborts) {
@@ -415,7 +415,7 @@ TEST(GeneratorDeath, ValueAfterTheEndAborts) {
             }
             (void)g.value();
         },
-        "spindle: generator [0-9]+ value\\(\\) after its body ended");
+        "spindle: generator [0-9]+: value\\(\\) after its body ended");
 }
 
 TEST(GeneratorDeath, ValueOfAMovedFromGeneratorNamesTheHandle) {

@@ -53,6 +53,7 @@
 #include <utility>
 
 #include <spindle/arch/context.hpp>
+#include <spindle/arch/fatal.hpp>
 #include <spindle/memory/stack.hpp>
 
 namespace spindle {
@@ -65,9 +66,14 @@ struct generator_unwind {};
 
 std::uint64_t next_generator_id() noexcept;
 [[noreturn]] void generator_entry(arch::raw_context* self, arch::raw_context* from) noexcept;
-[[noreturn]] SPINDLE_COLD void generator_misuse(std::uint64_t id, const char* what) noexcept;
+// "spindle: generator <id>: <what>", then abort (arch/fatal.hpp).
+[[noreturn]] SPINDLE_COLD inline void generator_misuse(std::uint64_t id, const char* what) noexcept {
+    fatal("generator %llu: %s", static_cast<unsigned long long>(id), what);
+}
 // For a handle with no body (moved from): names the handle.
-[[noreturn]] SPINDLE_COLD void generator_handle_misuse(const void* handle, const char* what) noexcept;
+[[noreturn]] SPINDLE_COLD inline void generator_handle_misuse(const void* handle, const char* what) noexcept {
+    fatal("generator handle %p: %s", handle, what);
+}
 
 // Whether a finished body's context stays valid (see generator_entry): its
 // last act is not a final switch but a loop that answers every resume at

@@ -30,6 +30,7 @@
 #include <cstdint>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/arch/fatal.hpp>
 
 #if SPINDLE_TSAN
 #include <sanitizer/tsan_interface.h>
@@ -40,8 +41,10 @@ namespace spindle::detail {
 // Tests (tests/locks/) define it to read a FIFO lock's arrival word.
 struct lock_probe;
 
-// "spindle: <type> at <address>: <what>", then abort.
-[[noreturn]] SPINDLE_COLD void lock_misuse(const char* type, const void* lock, const char* what) noexcept;
+// "spindle: <type> <address>: <what>", then abort (arch/fatal.hpp).
+[[noreturn]] SPINDLE_COLD inline void lock_misuse(const char* type, const void* lock, const char* what) noexcept {
+    fatal("%s %p: %s", type, lock, what);
+}
 
 // A thread_local of locks/, reached through an opaque copy of its address in
 // ASan/UBSan builds. GCC 12 with -fsanitize=null can miscompile the null

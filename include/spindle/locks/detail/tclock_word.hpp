@@ -36,6 +36,7 @@
 #include <cstdint>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/arch/fatal.hpp>
 
 namespace spindle::detail {
 
@@ -82,6 +83,9 @@ struct tc_counters {
 };
 tc_counters tc_read_counters() noexcept;
 
-[[noreturn]] SPINDLE_COLD void tc_misuse(const void* lock, const char* type, const char* what) noexcept;
+// "spindle: <type> <address>: <what>", then abort (arch/fatal.hpp).
+[[noreturn]] SPINDLE_COLD inline void tc_misuse(const void* lock, const char* type, const char* what) noexcept {
+    fatal("%s %p: %s", type, lock, what);
+}
 
 }  // namespace spindle::detail

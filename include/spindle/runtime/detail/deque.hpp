@@ -35,11 +35,9 @@
 #include <vector>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/arch/fatal.hpp>
 
 namespace spindle::detail {
-
-// src/runtime/scheduler.cpp (one message format for the whole runtime).
-[[noreturn]] SPINDLE_COLD void fatal(const char* fmt, ...) noexcept __attribute__((format(printf, 1, 2)));
 
 template <class T>
 class ws_deque {
