@@ -1,13 +1,14 @@
 // src/memory/stack.cpp — mapping, pooling and overflow reporting of stacks.
 //
-// The design is in include/spindle/memory/stack.hpp. This file has five parts:
+// The design is in include/spindle/memory/stack.hpp. This file has six parts:
 //
 //   1. the overflow registry: lock-free for its reader (the SIGSEGV handler),
 //      a mutex for its writers (acquire/release of a fresh mapping);
 //   2. mapping a stack: mmap, guard page, registry slot;
 //   3. the per-thread pool and the madvise release;
 //   4. the SIGSEGV handler and the per-thread sigaltstack;
-//   5. SPINDLE_STACK_SIZE.
+//   5. SPINDLE_STACK_SIZE;
+//   6. the registry's description for debuggers.
 //
 // Everything the handler touches is either a lock-free atomic, memory that is
 // never freed, or `g_previous_segv`, which is written once before the handler
@@ -937,3 +938,51 @@ std::size_t default_stack_size_from_env() {
 }
 
 }  // namespace spindle::detail
+
+// ---------------------------------------------------------------------------
+// 6. What a debugger reads
+//
+// tools/gdb/spindle.py finds every live fiber through the overflow registry
+// above: a registered slot whose owner is a fiber describes the stack the
+// fiber's control block sits on top of (include/spindle/runtime/detail/
+// debug_layout.hpp; the runtime's half of the layout is
+// spindle_debug_layout). So listing fibers costs a spawn nothing:
+// set_stack_owner stores the owner anyway. Plain
+// integers and addresses fixed at compile time, readable without debug
+// information. Bump `version` when a field changes meaning; add fields only
+// at the end.
+extern "C" {
+struct spindle_debug_stacks_t {
+    std::uint32_t version;          // 1
+    std::uint32_t size;             // sizeof this struct
+    const void* chunks;             // registry::chunks: max_chunks pointers to slot arrays (or null)
+    const void* bound;              // registry::bound: uint32, slots [0, bound) were handed out
+    std::uint32_t slots_per_chunk;
+    std::uint32_t slot_size;        // sizeof(registry_slot)
+    std::uint32_t slot_guard_base;  // uintptr: the mapping's start (its guard page); 0: slot free
+    std::uint32_t slot_usable;      // size_t: bytes from the guard's end to the stack's top
+    std::uint32_t slot_owner_id;    // uint64: the fiber's id
+    std::uint32_t slot_owner_kind;  // uint8: stack_owner
+    std::uint32_t owner_fiber;      // stack_owner::fiber
+    std::uint32_t owner_generator;  // stack_owner::generator
+};
+// tools/gdb/spindle.py unpacks it with a fixed format ("<IIQQ8I").
+static_assert(sizeof(spindle_debug_stacks_t) == 56, "change _STACKS_FORMAT in tools/gdb/spindle.py too");
+
+extern const spindle_debug_stacks_t spindle_debug_stacks;
+__attribute__((used)) const spindle_debug_stacks_t spindle_debug_stacks = {
+    .version = 1,
+    .size = sizeof(spindle_debug_stacks_t),
+    .chunks = &spindle::detail::g_registry.value.chunks[0],
+    .bound = &spindle::detail::g_registry.value.bound,
+    .slots_per_chunk = spindle::detail::slots_per_chunk,
+    .slot_size = sizeof(spindle::detail::registry_slot),
+    .slot_guard_base = offsetof(spindle::detail::registry_slot, guard_base),
+    .slot_usable = offsetof(spindle::detail::registry_slot, usable),
+    .slot_owner_id = offsetof(spindle::detail::registry_slot, owner_id),
+    .slot_owner_kind = offsetof(spindle::detail::registry_slot, owner_kind),
+    .owner_fiber = static_cast<std::uint32_t>(spindle::detail::stack_owner::fiber),
+    .owner_generator = static_cast<std::uint32_t>(spindle::detail::stack_owner::generator),
+};
+static_assert(sizeof(spindle::detail::stack_owner) == 1, "the debugger reads the owner as one byte");
+}

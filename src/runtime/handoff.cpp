@@ -154,7 +154,9 @@ void park(waiter* wt) noexcept {
         // Still empty: an unpark that comes now only stores notified, and
         // nobody switches into us (can_switch_into wants parked).
         if (fiber_park_spin(w, wt)) return;
+        wt->fiber->parked_on = wt;  // for debuggers (debug_layout.hpp)
         suspend_current(w, post_action{&finish_park, wt});
+        wt->fiber->parked_on = nullptr;
         return;
     }
     // (thread_park_spin has moved a delegated TCLock section home.)
@@ -280,8 +282,10 @@ void unpark_and_park(waiter* wt, handoff policy, waiter* self_wt) noexcept {
     fiber_ctx* f = wt->fiber;
     fiber_ctx* self = give_way_to(w, wt);
     w->post = post_action{&finish_park, self_wt};
+    self->parked_on = self_wt;  // for debuggers (debug_layout.hpp)
     arch::switch_to(&self->ctx, &f->ctx);
     run_post(current_worker());
+    self->parked_on = nullptr;
 }
 
 void unpark_with(waiter* wt, handoff policy) noexcept {

@@ -4,6 +4,8 @@
 // data structures in include/spindle/runtime/detail/worker.hpp.
 #include <cstdint>
 
+#include <spindle/runtime/detail/debug_layout.hpp>
+
 #include "run_queues.hpp"
 
 namespace spindle::detail {
@@ -12,6 +14,10 @@ namespace spindle::detail {
 // SPINDLE_FRESH_TLS_ADDRESS, never by this name.
 __thread worker* tl_worker_storage SPINDLE_TLS_NAME("spindle_tl_worker")
     __attribute__((tls_model("initial-exec"), used)) = nullptr;
+
+// Links spindle_debug_layout, which debuggers read, into every program that
+// runs fibers (a static library's member is linked only when referenced).
+[[gnu::used]] const void* const keep_debug_layout = &spindle_debug_layout;
 
 void wake_all_workers(scheduler_state* s) noexcept {
     for (auto& w : s->workers) {

@@ -99,6 +99,10 @@ struct fiber_ctx {
     // Its fiber_local values (runtime/fiber_local.hpp); created on first use,
     // destroyed as the body returns. Touched only by the fiber itself.
     struct local_table* locals = nullptr;
+    // The waiter it is parked on while inside park(); null otherwise.
+    // Written by the fiber itself, read only by a debugger with the process
+    // stopped (debug_layout.hpp), so a plain field.
+    waiter* parked_on = nullptr;
 
     // Lifetime: one reference for the running body, one for the `fiber`
     // handle. The last one to drop it returns the stack. acq_rel on the
