@@ -7,7 +7,8 @@ what=${1:-build}
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev)
 bench_pkgs=(python3 python3-matplotlib)
 check_pkgs=(python3 python3-matplotlib clang-19 libclang-rt-19-dev g++-aarch64-linux-gnu qemu-user
-            xz-utils zstd)  # xz, zstd: scripts/preload-real-programs.sh
+            xz-utils zstd  # xz, zstd: scripts/preload-real-programs.sh
+            gdb)  # tests/tools/gdb_fibers_check.cmake
 case $what in
   build) ;;
   bench) pkgs+=("${bench_pkgs[@]}") ;;
