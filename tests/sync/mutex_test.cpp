@@ -15,9 +15,7 @@
 #include <chrono>
 #include <map>
 #include <numeric>
-#include <mutex>
 #include <random>
-#include <set>
 #include <stop_token>
 #include <string>
 #include <thread>
@@ -643,61 +641,6 @@ TEST(MutexDeathTest, CqsMutexMisuseAborts) {
         "spindle::cqs_mutex 0x[0-9a-f]+ destroyed while (held|held and waited on)");
 }
 #endif
-
-TEST(Executor, IdleWorkersStealWork) {
-    scheduler sched({.workers = 2});
-    std::mutex seen_m;
-    std::set<int> seen;
-    fiber outer = sched.spawn([&] {
-        std::vector<fiber> fs;
-        // All spawned on this worker; the other one must steal some.
-        for (int i = 0; i < 8; ++i) {
-            fs.push_back(fiber([&] {
-                auto until = std::chrono::steady_clock::now() + 20ms;
-                while (std::chrono::steady_clock::now() < until) {
-                }
-                std::lock_guard g(seen_m);
-                seen.insert(this_fiber::worker_index());
-            }));
-        }
-        for (auto& f : fs) f.join();
-    });
-    outer.join();
-    EXPECT_EQ(seen.size(), 2u);
-}
-
-TEST(Executor, SleepForSleepsAndStopWakesEarly) {
-    scheduler sched({.workers = 2});
-    std::atomic<bool> woke_ok{false};
-    fiber f = sched.spawn([&] {
-        auto t0 = std::chrono::steady_clock::now();
-        bool full = this_fiber::sleep_for(20ms);
-        woke_ok = full && std::chrono::steady_clock::now() - t0 >= 20ms;
-    });
-    f.join();
-    EXPECT_TRUE(woke_ok.load());
-    std::atomic<bool> early{false};
-    fiber g = sched.spawn([&] {
-        auto t0 = std::chrono::steady_clock::now();
-        bool full = this_fiber::sleep_for(10s);
-        early = !full && std::chrono::steady_clock::now() - t0 < 5s &&
-                this_fiber::get_stop_token().stop_requested();
-    });
-    std::this_thread::sleep_for(10ms);
-    EXPECT_TRUE(g.request_stop());
-    g.join();
-    EXPECT_TRUE(early.load());
-    // Many sleepers at once, on both workers, all wake.
-    std::atomic<int> woke{0};
-    std::vector<fiber> fs;
-    for (int i = 0; i < 200; ++i)
-        fs.push_back(sched.spawn([&, i] {
-            this_fiber::sleep_for(std::chrono::microseconds(100 * (i % 20)));
-            woke.fetch_add(1);
-        }));
-    for (auto& x : fs) x.join();
-    EXPECT_EQ(woke.load(), 200);
-}
 
 }  // namespace
 
