@@ -1,6 +1,8 @@
 // spindle::mutex and spindle::cqs_mutex: mutual exclusion over worker counts and policies, fibers
 // and threads mixed, FIFO handoff, timeouts and stop tokens (no lost wake-up,
 // no leaked waiter), the CES locality property (CES paper §5.4), misuse.
+// What only cqs_mutex has (its misuse messages, its handoff as a semaphore
+// release) is in cqs_mutex_test.cpp.
 #include <gtest/gtest.h>
 
 // These tests take and release locks across lambdas, inside EXPECT_ macros
@@ -531,8 +533,8 @@ TEST(MutexDeathTest, UnlockWithoutHoldingAborts) {
         "unlock\\(\\) by a caller that does not hold it");
 }
 
-// A relock by the holder would wait for itself: both mutexes, each kind of
-// lock, from a thread and from a fiber.
+// A relock by the holder would wait for itself: each kind of lock. (The
+// same for cqs_mutex: cqs_mutex_test.cpp.)
 TEST(MutexDeathTest, RelockByTheHolderAborts) {
     GTEST_FLAG_SET(death_test_style, "threadsafe");
     EXPECT_DEATH(
@@ -549,24 +551,6 @@ TEST(MutexDeathTest, RelockByTheHolderAborts) {
             (void)m.try_lock_for(std::chrono::seconds(10));
         },
         "spindle::mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it");
-    EXPECT_DEATH(
-        {
-            spindle::cqs_mutex m;
-            m.lock();
-            m.lock();
-        },
-        "spindle::cqs_mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it");
-    EXPECT_DEATH(
-        {
-            scheduler sched({.workers = 1});
-            spindle::cqs_mutex m;
-            sched.spawn([&] {
-                     m.lock();
-                     (void)m.lock(std::stop_token{});
-                 })
-                .join();
-        },
-        "spindle::cqs_mutex 0x[0-9a-f]+: lock\\(\\) by the caller that holds it");
 }
 
 // No false alarm: a holder that unlocked may lock again while the mutex is
@@ -608,69 +592,9 @@ TEST(MutexDeathTest, DestroyingAHeldMutexAborts) {
         "spindle::mutex 0x[0-9a-f]+ destroyed while held");
 }
 
-TEST(MutexDeathTest, CqsMutexMisuseAborts) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            spindle::cqs_mutex m;
-            m.unlock();
-        },
-        "spindle::cqs_mutex 0x[0-9a-f]+: unlock\\(\\) of a mutex that is not locked");
-    EXPECT_DEATH(
-        {
-            spindle::cqs_mutex m;
-            m.lock();
-            std::thread([&] { m.unlock(); }).join();
-        },
-        "spindle::cqs_mutex 0x[0-9a-f]+: unlock\\(\\) by a caller that does not hold it");
-    EXPECT_DEATH(
-        {
-            auto* m = new spindle::cqs_mutex;
-            m->lock();
-            delete m;
-        },
-        "spindle::cqs_mutex 0x[0-9a-f]+ destroyed while held");
-    EXPECT_DEATH(
-        {
-            auto* m = new spindle::cqs_mutex;
-            m->lock();
-            std::thread([m] { m->lock(); }).detach();
-            std::this_thread::sleep_for(std::chrono::milliseconds(20));
-            delete m;
-        },
-        "spindle::cqs_mutex 0x[0-9a-f]+ destroyed while (held|held and waited on)");
-}
 #endif
 
 }  // namespace
-
-#if SPINDLE_DEBUG_CHECKS
-namespace {
-// A second unlock() by the previous holder, after its first unlock handed
-// the mutex to a waiter that has not run yet: the caller does not hold it.
-TEST(MutexDeathTest, CqsMutexDoubleUnlockDuringHandoffAborts) {
-    GTEST_FLAG_SET(death_test_style, "threadsafe");
-    EXPECT_DEATH(
-        {
-            spindle::scheduler sched({.workers = 1});
-            spindle::cqs_mutex m(spindle::handoff::dispatch);
-            spindle::fiber outer = sched.spawn([&] {
-                m.lock();
-                spindle::fiber w([&] {
-                    m.lock();
-                    m.unlock();
-                });
-                spindle::this_fiber::yield();  // w queues
-                m.unlock();                     // hands m to w, which has not run
-                m.unlock();                     // misuse: we no longer hold it
-                w.join();
-            });
-            outer.join();
-        },
-        "spindle::cqs_mutex 0x[0-9a-f]+: unlock\\(\\) by a caller that does not hold it");
-}
-}  // namespace
-#endif
 
 // ---- the last reference unlocks and frees ----------------------------------
 //
@@ -758,22 +682,5 @@ TEST_P(MutexLastReferenceStress, TimedLocksRaceTheLastUnlock) {
 }
 
 INSTANTIATE_TEST_SUITE_P(KindsAndWorkers, MutexLastReferenceStress, ::testing::ValuesIn(chain_params()), chain_name);
-
-}  // namespace
-
-namespace {
-
-// cqs_mutex is a semaphore with one permit: H unlocks to W, who waits; W is
-// cancelled right after H's FAA counted it, and tries to lock, drop the
-// last reference and delete the object before H hands the mutex over.
-TEST_P(MutexLastReference, CqsMutexUnlockMatchedToACancelledWaiterIsDoneFirst) {
-    if (!spindle::test::race_points_enabled) GTEST_SKIP() << "race points exist only with SPINDLE_DEBUG_CHECKS";
-    using obj = mutex_object<spindle::cqs_mutex>;
-    spindle::test::last_reference_scenario<obj>(GetParam(), race_point::semaphore_release_matched,
-                                                race_point::semaphore_release_matched);
-    spindle::test::last_reference_scenario<obj>(GetParam(), race_point::semaphore_release_matched,
-                                                race_point::semaphore_release_matched,
-                                                {.block_after_holder = true});
-}
 
 }  // namespace
