@@ -2,6 +2,7 @@
 #pragma once
 
 #include <spindle/arch/context.hpp>
+#include <spindle/locks/guard.hpp>
 #include <spindle/locks/locks.hpp>
 #include <spindle/memory/stack.hpp>
 #include <spindle/runtime/fiber.hpp>

@@ -2,17 +2,28 @@
 # Clang's -Wthread-safety and counts the diagnostics: each of the 21 lock
 # cases must give one "writing variable 'n' requires holding mutex" and one
 # "releasing mutex 'm' that was not held", and tclock_shared's reader one
-# more write. Fewer means an annotation is missing or a no-op.
+# more write. The scoped guards (locks/guard.hpp; lock `mu`, field `v`):
+# each of the 24 lock_guard cases must give one write after the guard's
+# scope and one read without a guard diagnosed, each of the 2
+# shared_lock_guard cases one write under the shared guard and one read
+# after its scope. Fewer means an annotation is missing or a no-op.
 # Usage: cmake -DCXX=clang++ -DSRC=file.cpp -DINC=include -P thread_safety_misuse.cmake
 execute_process(
   COMMAND ${CXX} -std=c++20 -fsyntax-only -fno-caret-diagnostics -Wthread-safety -DSPINDLE_TSA_MISUSE -I${INC} ${SRC}
   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 string(REGEX MATCHALL "writing variable 'n' requires holding mutex 'm' exclusively" writes "${err}")
 string(REGEX MATCHALL "releasing mutex 'm' that was not held" releases "${err}")
+# (the capability's name is "mutex" or "shared_mutex", whichever the lock type declares)
+string(REGEX MATCHALL "writing variable 'v' requires holding [a-z_]+ 'mu' exclusively" guard_writes "${err}")
+string(REGEX MATCHALL "reading variable 'v' requires holding [a-z_]+ 'mu'" guard_reads "${err}")
 list(LENGTH writes nw)
 list(LENGTH releases nr)
-if(NOT nw EQUAL 22 OR NOT nr EQUAL 21)
+list(LENGTH guard_writes ngw)
+list(LENGTH guard_reads ngr)
+if(NOT nw EQUAL 22 OR NOT nr EQUAL 21 OR NOT ngw EQUAL 26 OR NOT ngr EQUAL 26)
   message(FATAL_ERROR "thread-safety misuse: expected 22 unguarded writes and 21 bad releases diagnosed, "
-                      "got ${nw} and ${nr} (compiler exit ${rc}):\n${err}")
+                      "and under the scoped guards 26 writes and 26 reads; got ${nw}, ${nr}, ${ngw} and ${ngr} "
+                      "(compiler exit ${rc}):\n${err}")
 endif()
-message(STATUS "thread-safety misuse: ${nw} unguarded writes and ${nr} bad releases diagnosed, as expected")
+message(STATUS "thread-safety misuse: ${nw} unguarded writes and ${nr} bad releases diagnosed, and ${ngw} writes "
+               "and ${ngr} reads outside the scoped guards, as expected")
