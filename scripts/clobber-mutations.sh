@@ -16,6 +16,9 @@
 # does not name; GCC forwards the stored value), so no test can see it
 # missing there; it matters, and is caught, with GCC.
 #
+# The test is built with Debian's GoogleTest (libgtest-dev, through
+# pkg-config), as in the CMake build.
+#
 # Usage: scripts/clobber-mutations.sh [compiler ...]   (default: g++, and
 # clang++-19 when installed). About two seconds per mutant, nproc at a time.
 set -euo pipefail
@@ -30,6 +33,10 @@ fi
 regs=(rbx rcx rdx r8 r9 r10 r11 r12 r13 r14 r15
       xmm0 xmm1 xmm2 xmm3 xmm4 xmm5 xmm6 xmm7 xmm8 xmm9 xmm10 xmm11 xmm12 xmm13 xmm14 xmm15
       memory)
+if ! gtest=$(pkg-config --cflags --libs gtest_main); then
+  echo "clobber-mutations: GoogleTest not found by pkg-config (install libgtest-dev: make deps)" >&2
+  exit 1
+fi
 out=build/clobber-mutations
 rm -rf "$out"
 mkdir -p "$out"
@@ -48,9 +55,10 @@ mutant() {
     echo "error: \"$reg\" is not in the switch's clobber list"
     return
   fi
-  if ! "$cxx" -std=c++20 -"$opt" -DSPINDLE_NO_GTEST -I"$dir/include" -Iinclude \
+  # ($gtest unquoted: pkg-config's flags, one word each)
+  if ! "$cxx" -std=c++20 -"$opt" -I"$dir/include" -Iinclude \
       tests/arch/switch_clobber_test.cpp "$out/$tag-stack.o" "$out/$tag-generator.o" "$out/$tag-context.o" -o "$dir/switch_clobber" \
-      -pthread >"$dir/build.log" 2>&1; then
+      $gtest -pthread >"$dir/build.log" 2>&1; then
     echo "error: $tag -$opt without \"$reg\" did not build (see $dir/build.log)"
     return
   fi
@@ -73,7 +81,7 @@ mutant() {
   fi
 }
 export -f mutant
-export out
+export out gtest
 
 jobs=()
 for cxx in "${compilers[@]}"; do

@@ -6,7 +6,11 @@ what=${1:-build}
 
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev)
 bench_pkgs=(python3 python3-matplotlib)
+# googletest: the GoogleTest sources (/usr/src/googletest) that the AArch64
+# cross builds compile for the target (libgtest-dev depends on it; named
+# because tests/CMakeLists.txt uses it directly).
 check_pkgs=(python3 python3-matplotlib clang-19 libclang-rt-19-dev g++-aarch64-linux-gnu qemu-user
+            googletest
             xz-utils zstd  # xz, zstd: scripts/preload-real-programs.sh
             gdb)  # tests/tools/gdb_fibers_check.cmake
 case $what in
