@@ -64,7 +64,8 @@ constexpr bool all_meet_layout_contract() {
 
 #define SPINDLE_ALL_LOCKS                                                                                 \
     spindle::tas_lock, spindle::tas_park_lock, spindle::ttas_lock, spindle::ttas_park_lock,             \
-        spindle::ticket_lock, spindle::ticket_park_lock, spindle::mcs_lock, spindle::mcs_park_lock,     \
+        spindle::ticket_lock, spindle::ticket_park_lock, spindle::compact_ticket_lock, spindle::mcs_lock, \
+        spindle::mcs_park_lock,                                                                         \
         spindle::clh_lock, spindle::clh_park_lock, spindle::hemlock, spindle::hemlock_park,             \
         spindle::hemlock_naive, spindle::hemlock_naive_park, spindle::hemlock_overlap,                  \
         spindle::hemlock_overlap_park, spindle::hemlock_aho, spindle::hemlock_aho_park

@@ -12,12 +12,15 @@
 #include <spindle/locks/detail/lock_support.hpp>
 
 struct spindle::detail::lock_probe {
-    // The word itself: ticket's `next`, the others' `tail` -- of the queue
-    // for the locks built around one (MCS, CLH, and every park twin's gate).
+    // The word itself: ticket's `next` (the compact ticket lock's one word),
+    // the others' `tail` -- of the queue for the locks built around one (MCS,
+    // CLH, and every park twin's gate).
     template <class L>
     static const auto& arrival_word(const L& l) {
         if constexpr (requires { l.queue_; })
             return arrival_word(l.queue_);
+        else if constexpr (requires { l.words_; })
+            return l.words_.arrival_word();
         else if constexpr (requires { l.next_; })
             return l.next_;
         else

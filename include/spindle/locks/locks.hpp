@@ -23,6 +23,7 @@
 //     tas_lock                test-and-set                   4     no    spin
 //     ttas_lock               test-and-test-and-set+backoff  4     no    spin
 //     ticket_lock             ticket                         8     FIFO  spin (global)
+//     compact_ticket_lock     ticket, one word               4     FIFO  spin (global)
 //     mcs_lock                MCS queue                     16     FIFO  spin (local)
 //     clh_lock                CLH queue, no dummy node      16     FIFO  spin (local)
 //     hemlock                 Hemlock, CTR (Listing 2)       8     FIFO  spin (local*)
