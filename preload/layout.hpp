@@ -86,28 +86,29 @@ inline int mutex_kind(pthread_mutex_t* m) noexcept {
 // ---------------------------------------------------------------------------
 // pthread_rwlock_t (56 bytes).
 //
-//     0  __readers        state: reader count, WRITER, PARKED (rwlock.hpp)
-//     4  __writers        the writer's thread_id() while write-locked
-//     8  __wrphase_futex  the writers' lock (16 bytes, 8-aligned)
-//    24  __cur_writer     unused
+//     0  __readers        spindle::basic_rw_lock<L> (rwlock.hpp): its state
+//     4  __writers          word, then the writers' lock L (at most 16
+//     8  __wrphase_futex    bytes, at offset 4 or 8); under the TCLocks the
+//                           state word stays 0 and a tclock_shared sits at 8
+//    24  __cur_writer     the writer's thread_id() while write-locked
 //    28  __shared         glibc's process-shared mark: nonzero = glibc's
 //    32  __rwelision ...  unused
 //    48  __flags          PTHREAD_RWLOCK_PREFER_*; kept: the
 //                         WRITER_NONRECURSIVE_INITIALIZER_NP macro sets it
 
 namespace rwlock_layout {
-inline constexpr std::size_t state = 0;
-inline constexpr std::size_t owner = 4;
-inline constexpr std::size_t lock = 8;
+inline constexpr std::size_t state = 0;   // the basic_rw_lock
+inline constexpr std::size_t lock = 8;    // the TCLocks' tclock_shared
+inline constexpr std::size_t owner = 24;
 inline constexpr std::size_t shared = 28;
 inline constexpr std::size_t flags = 48;
 
 static_assert(sizeof(pthread_rwlock_t) == 56);
 static_assert(alignof(pthread_rwlock_t) == 8);
 static_assert(offsetof(__pthread_rwlock_arch_t, __readers) == state);
-static_assert(offsetof(__pthread_rwlock_arch_t, __writers) == owner);
 static_assert(offsetof(__pthread_rwlock_arch_t, __wrphase_futex) == lock);
-static_assert(offsetof(__pthread_rwlock_arch_t, __cur_writer) == lock + lock_room);
+static_assert(offsetof(__pthread_rwlock_arch_t, __cur_writer) == owner);
+static_assert(lock + lock_room == owner);
 static_assert(offsetof(__pthread_rwlock_arch_t, __shared) == shared);
 static_assert(offsetof(__pthread_rwlock_arch_t, __flags) == flags);
 }  // namespace rwlock_layout

@@ -1,46 +1,31 @@
-// preload/rwlock.hpp — pthread_rwlock_*: a reader-writer lock whose writers
-// queue on the chosen spindle lock.
+// preload/rwlock.hpp — pthread_rwlock_*: spindle::basic_rw_lock
+// (locks/rw_lock.hpp) whose writers queue on the chosen spindle lock.
 //
-// Readers share; writers exclude everybody. Writers first take the writers'
-// lock L (the SPINDLE_LOCK algorithm, so writers are ordered the way that
-// algorithm orders them: FIFO for Hemlock, MCS, CLH and ticket), then deal
-// with the readers through one 32-bit state word:
+// The rwlock is a basic_rw_lock<L> at offset 0 of the pthread_rwlock_t (L:
+// the SPINDLE_LOCK algorithm, so writers are ordered the way that algorithm
+// orders them: FIFO for Hemlock, MCS, CLH and ticket). Its readers count
+// themselves in the state word at offset 0, its writers take L right after
+// it (offset 8, or 4 for a 4-byte L); all-zero is unlocked, as
+// PTHREAD_RWLOCK_INITIALIZER is.
 //
-//     31                               2   1        0
-//     +---------------------------------+--------+--------+
-//     |           readers               | PARKED | WRITER |
-//     +---------------------------------+--------+--------+
-//
-//     readers  how many threads hold a read lock (30 bits; EAGAIN when full)
-//     WRITER   a writer holds the lock, or — writer-preferring only — has
-//              claimed it and waits for the readers to leave
-//     PARKED   at least one thread sleeps on the word (futex): whoever
-//              changes what sleepers wait for clears PARKED and wakes them all
-//
-// Invariants: WRITER is set only by the holder of L. In a reader-preferring
-// lock, WRITER implies readers == 0.
-//
-// Preference (pthread_rwlockattr_setkind_np, kept in __flags at offset 48):
+// Preference (pthread_rwlockattr_setkind_np, kept in __flags at offset 48),
+// passed to every writer operation:
 //
 //     PTHREAD_RWLOCK_PREFER_READER_NP (default) and PREFER_WRITER_NP (which
-//     glibc treats the same way): a reader enters whenever no writer holds
-//     the lock, so a thread may take read locks recursively; writers may
-//     starve under a steady stream of readers — as in glibc.
+//     glibc treats the same way): rw_preference::readers -- a reader enters
+//     whenever no writer holds the lock, so a thread may take read locks
+//     recursively; writers may starve under a steady stream of readers, as
+//     in glibc.
 //     PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP (and its static
-//     initializer): a writer sets WRITER as soon as it holds L, which stops
-//     new readers; it then waits for the readers inside to leave. A thread
-//     that re-takes a read lock while a writer waits deadlocks, as POSIX
-//     allows for this kind.
+//     initializer): rw_preference::writers -- a writer stops new readers as
+//     soon as it holds L, then waits for the readers inside to leave. A
+//     thread that re-takes a read lock while a writer waits deadlocks, as
+//     POSIX allows for this kind.
 //
-// Waiting: a reader or writer spins briefly on the word, then sets PARKED and
-// sleeps on it. Wake-ups wake every sleeper (a writer leaving must let all
-// readers in; a sleeping writer and sleeping readers share the word): a
-// reader-heavy lock pays a thundering herd when a writer leaves, which is the
-// point of a reader-writer lock anyway.
-//
-// Ownership: the writer's thread_id() is kept in __writers (offset 4); unlock
-// uses it to tell a write unlock from a read unlock, and wrlock/rdlock by the
-// writer itself return EDEADLK (trywrlock/tryrdlock: EBUSY), as glibc does.
+// Ownership: the writer's thread_id() is kept in __cur_writer (offset 24);
+// unlock uses it to tell a write unlock from a read unlock, and
+// wrlock/rdlock by the writer itself return EDEADLK (trywrlock/tryrdlock:
+// EBUSY), as glibc does.
 //
 // Process-shared rwlocks are glibc's (its init sets __shared; routed).
 //
@@ -52,6 +37,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include <spindle/locks/rw_lock.hpp>
 #include <spindle/locks/tclock_shared.hpp>
 
 #include "delegation.hpp"
@@ -61,24 +47,8 @@
 
 namespace spindle::preload {
 
-namespace rw {
-inline constexpr std::uint32_t writer = 1;  // WRITER
-inline constexpr std::uint32_t parked = 2;  // PARKED
-inline constexpr std::uint32_t reader = 4;  // one reader
-inline constexpr std::uint32_t readers_mask = ~(writer | parked);
-inline constexpr unsigned spin_limit = 100;  // polls of the word before sleeping
-}  // namespace rw
-
-// What does not depend on the lock algorithm (shared with the fork-child
-// table in exports.cpp).
+// What does not depend on the lock algorithm.
 struct rwlock_common {
-    static std::atomic_ref<std::uint32_t> state_of(pthread_rwlock_t* rw) noexcept {
-        return word<std::uint32_t>(rw, rwlock_layout::state);
-    }
-    static std::atomic<std::uint32_t>* futex_of(pthread_rwlock_t* rw) noexcept {
-        // The kernel only needs the address of the 32-bit word.
-        return at<std::atomic<std::uint32_t>>(rw, rwlock_layout::state);
-    }
     static std::atomic_ref<std::uint32_t> owner_of(pthread_rwlock_t* rw) noexcept {
         return word<std::uint32_t>(rw, rwlock_layout::owner);
     }
@@ -91,122 +61,59 @@ struct rwlock_common {
         return word<std::uint32_t>(rw, rwlock_layout::flags).load(std::memory_order_relaxed) ==
                PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP;
     }
+    static rw_preference preference(pthread_rwlock_t* rw) noexcept {
+        return prefers_writers(rw) ? rw_preference::writers : rw_preference::readers;
+    }
     static bool i_am_writer(pthread_rwlock_t* rw) noexcept {
         std::uint32_t self = thread_id_if_any();
         // relaxed: equals self only if this thread stored it and has not
         // cleared it since (its own earlier writes).
         return self != 0 && owner_of(rw).load(std::memory_order_relaxed) == self;
     }
+};
 
-    // Sleeps until the state may have changed from `seen` (which failed the
-    // caller's test). false: the deadline passed.
-    static bool park(pthread_rwlock_t* rw, std::uint32_t seen, clockid_t c,
-                     const struct timespec* abs) noexcept {
-        auto st = state_of(rw);
-        if (!(seen & rw::parked)) {
-            // relaxed: PARKED only asks the next changer to wake us; the
-            // futex call re-reads the word atomically with going to sleep,
-            // so a change after this CAS makes it return at once.
-            if (!st.compare_exchange_strong(seen, seen | rw::parked, std::memory_order_relaxed))
-                return true;  // changed already: look again
-            seen |= rw::parked;
-        }
-        return futex_wait_until(futex_of(rw), seen, c, abs) != ETIMEDOUT;
-    }
+template <class L, bool Stats>
+struct rwlock_impl : rwlock_common {
+    using RW = spindle::basic_rw_lock<L>;
+    static_assert(sizeof(RW) <= rwlock_layout::owner && alignof(RW) <= alignof(pthread_rwlock_t),
+                  "the rwlock must fit in the 24 bytes before __cur_writer");
 
-    // Clears PARKED (if set in `old`) already done by the caller's RMW; wakes.
-    static void wake(pthread_rwlock_t* rw, std::uint32_t old) noexcept {
-        if (old & rw::parked) futex_wake_all(futex_of(rw));
-    }
+    static RW& rw_of(pthread_rwlock_t* rw) noexcept { return *at<RW>(rw, rwlock_layout::state); }
 
     // In a single-threaded fork child (exports.cpp): a write lock is reset,
     // not handed to a writer that did not survive the fork.
-    static int child_unlock(pthread_rwlock_t* rw) noexcept {
+    static int child_unlock(pthread_rwlock_t* rw) noexcept SPINDLE_NO_TSA {
         if (routed(rw)) return real<real_fn::rwlock_unlock, int(pthread_rwlock_t*)>()(rw);
         if (!i_am_writer(rw)) {
-            read_unlock(rw);
+            rw_of(rw).unlock_shared();
             return 0;
         }
-        release_write(rw);
-        zero_lock_room(rw, rwlock_layout::lock);
+        owner_of(rw).store(0, std::memory_order_relaxed);  // the only thread
+        rw_of(rw).reset_exclusive();
         return 0;
     }
 
     // ---- readers
 
-    // One attempt; EBUSY if a writer holds or claims the lock.
-    static int try_read(pthread_rwlock_t* rw) noexcept {
-        auto st = state_of(rw);
-        std::uint32_t s = st.load(std::memory_order_relaxed);
-        for (;;) {
-            if (s & rw::writer) return EBUSY;
-            if ((s & rw::readers_mask) == rw::readers_mask) return EAGAIN;
-            // acquire pairs with the release in write_unlock(): the reader
-            // sees what the last writer wrote. (r, p, 0) -> (r+1, p, 0)
-            if (st.compare_exchange_weak(s, s + rw::reader, std::memory_order_acquire,
-                                         std::memory_order_relaxed))
-                return 0;
-        }
+    static int try_read(pthread_rwlock_t* rw) noexcept SPINDLE_NO_TSA {
+        int r = static_cast<int>(rw_of(rw).try_read());
+        if constexpr (Stats)
+            if (r == 0) stats_record(rw, object_kind::rwlock_read, false, 0);
+        return r;
     }
-
-    static void read_unlock(pthread_rwlock_t* rw) noexcept {
-        auto st = state_of(rw);
-        std::uint32_t s = st.load(std::memory_order_relaxed);
-        std::uint32_t n;
-        do {
-            n = s - rw::reader;
-            // The last reader out wakes the sleepers (a writer waits for
-            // readers == 0). (1, p, w) -> (0, 0, w); (r, p, w) -> (r-1, p, w)
-            if ((n & rw::readers_mask) == 0) n &= ~rw::parked;
-            // release pairs with the writer's acquire when it sees no reader.
-        } while (!st.compare_exchange_weak(s, n, std::memory_order_release,
-                                           std::memory_order_relaxed));
-        if ((n & rw::readers_mask) == 0) wake(rw, s);
-    }
-
-    // The writer's release of the state word (before it releases L).
-    static void release_write(pthread_rwlock_t* rw) noexcept {
-        owner_of(rw).store(0, std::memory_order_relaxed);  // before the release below
-        // release pairs with the acquire of the next reader's or writer's
-        // CAS. WRITER is cleared before L is passed on: the next writer's
-        // claim must find it clear. (r, p, 1) -> (r, 0, 0)
-        std::uint32_t old = state_of(rw).fetch_and(~(rw::writer | rw::parked),
-                                                   std::memory_order_release);
-        wake(rw, old);
-    }
-};
-
-template <class L, bool Stats>
-struct rwlock_impl : rwlock_common {
-    static_assert(fits_lock_room<L>, "the lock must fit in 16 bytes of pthread_rwlock_t");
-
-    static L& lock_of(pthread_rwlock_t* rw) noexcept { return *at<L>(rw, rwlock_layout::lock); }
 
     // abs: null, or a valid deadline on clock c.
-    static int read_lock(pthread_rwlock_t* rw, clockid_t c, const struct timespec* abs) noexcept {
+    static int read_lock(pthread_rwlock_t* rw, clockid_t c, const struct timespec* abs) noexcept
+        SPINDLE_NO_TSA {
         if (i_am_writer(rw)) return EDEADLK;
-        int r = try_read(rw);
+        int r = static_cast<int>(rw_of(rw).try_read());
         if (r != EBUSY) {
             if constexpr (Stats)
                 if (r == 0) stats_record(rw, object_kind::rwlock_read, false, 0);
             return r;
         }
         std::uint64_t t0 = Stats ? now_ns() : 0;
-        auto st = state_of(rw);
-        unsigned spins = 0;
-        for (;;) {
-            r = try_read(rw);
-            if (r != EBUSY) break;
-            std::uint32_t s = st.load(std::memory_order_relaxed);
-            if (!(s & rw::writer)) continue;
-            if (spins < rw::spin_limit) {
-                ++spins;
-                arch::cpu_relax();
-            } else if (!park(rw, s, c, abs)) {
-                r = ETIMEDOUT;
-                break;
-            }
-        }
+        r = static_cast<int>(rw_of(rw).read_until(c, abs));
         if constexpr (Stats)
             if (r == 0) stats_record(rw, object_kind::rwlock_read, true, now_ns() - t0);
         return r;
@@ -214,87 +121,20 @@ struct rwlock_impl : rwlock_common {
 
     // ---- writers
 
-    // With L held: take the state for writing. wait == false: one attempt.
-    // false: busy (no wait) or the deadline passed; the caller releases L.
-    // *waited: the state was not free at once (statistics).
-    static bool claim(pthread_rwlock_t* rw, bool wait, clockid_t c, const struct timespec* abs,
-                      bool* waited) noexcept {
-        auto st = state_of(rw);
-        unsigned spins = 0;
-        if (prefers_writers(rw)) {
-            // Stop new readers now, then wait for those inside to leave.
-            // acquire pairs with the release of the readers' read_unlock().
-            // (r, p, 0) -> (r, p, 1)
-            std::uint32_t s = st.fetch_or(rw::writer, std::memory_order_acquire) | rw::writer;
-            while ((s & rw::readers_mask) != 0) {
-                *waited = true;
-                if (wait && spins < rw::spin_limit) {
-                    ++spins;
-                    arch::cpu_relax();
-                } else if (!wait || !park(rw, s, c, abs)) {
-                    // Give the claim up and let the readers it stopped in.
-                    // relaxed: nothing was written under the claim.
-                    // (r, p, 1) -> (r, 0, 0)
-                    std::uint32_t old =
-                        st.fetch_and(~(rw::writer | rw::parked), std::memory_order_relaxed);
-                    wake(rw, old);
-                    return false;
-                }
-                s = st.load(std::memory_order_acquire);  // as the fetch_or above
-            }
-            return true;
-        }
-        std::uint32_t s = st.load(std::memory_order_relaxed);
-        for (;;) {
-            if ((s & ~rw::parked) == 0) {
-                // acquire pairs with the readers' release in read_unlock()
-                // and the last writer's in write_unlock(). (0, p, 0) -> (0, p, 1)
-                if (st.compare_exchange_weak(s, s | rw::writer, std::memory_order_acquire,
-                                             std::memory_order_relaxed))
-                    return true;
-                continue;
-            }
-            *waited = true;
-            if (!wait) return false;
-            if (spins < rw::spin_limit) {
-                ++spins;
-                arch::cpu_relax();
-            } else if (!park(rw, s, c, abs)) {
-                return false;
-            }
-            s = st.load(std::memory_order_relaxed);
-        }
-    }
-
     // abs: null, or a valid deadline on clock c.
-    static int write_lock(pthread_rwlock_t* rw, clockid_t c,
-                          const struct timespec* abs) noexcept SPINDLE_NO_TSA {
+    static int write_lock(pthread_rwlock_t* rw, clockid_t c, const struct timespec* abs) noexcept
+        SPINDLE_NO_TSA {
         std::uint32_t self = thread_id();
         if (owner_of(rw).load(std::memory_order_relaxed) == self) return EDEADLK;  // see i_am_writer
-        L& l = lock_of(rw);
         std::uint64_t t0 = Stats ? now_ns() : 0;
         bool waited = false;
-        if (!l.try_lock()) {
-            waited = true;
-            if (abs == nullptr)
-                l.lock();
-            else if (!poll_until(try_lock_of<L>{l}, c, abs))
-                return ETIMEDOUT;
-        }
-        if (!claim(rw, true, c, abs, &waited)) {
-            l.unlock();
-            return ETIMEDOUT;
-        }
-        // relaxed: see i_am_writer; ordered before our release in write_unlock.
+        int r = static_cast<int>(rw_of(rw).write_until(preference(rw), c, abs, &waited));
+        if (r != 0) return r;
+        // relaxed: see i_am_writer; ordered before the release in unlock.
         owner_of(rw).store(self, std::memory_order_relaxed);
         if constexpr (Stats)
             stats_record(rw, object_kind::rwlock_write, waited, waited ? now_ns() - t0 : 0);
         return 0;
-    }
-
-    static void write_unlock(pthread_rwlock_t* rw) noexcept SPINDLE_NO_TSA {
-        release_write(rw);
-        lock_of(rw).unlock();
     }
 
     // ---- the pthread entry points
@@ -331,10 +171,7 @@ struct rwlock_impl : rwlock_common {
     }
     static int tryrdlock(pthread_rwlock_t* rw) noexcept {
         if (routed(rw)) return real<real_fn::rwlock_tryrdlock, int(pthread_rwlock_t*)>()(rw);
-        int r = try_read(rw);
-        if constexpr (Stats)
-            if (r == 0) stats_record(rw, object_kind::rwlock_read, false, 0);
-        return r;
+        return try_read(rw);
     }
     static int timedrdlock(pthread_rwlock_t* rw, const struct timespec* abs) noexcept {
         if (routed(rw))
@@ -356,13 +193,7 @@ struct rwlock_impl : rwlock_common {
     }
     static int trywrlock(pthread_rwlock_t* rw) noexcept SPINDLE_NO_TSA {
         if (routed(rw)) return real<real_fn::rwlock_trywrlock, int(pthread_rwlock_t*)>()(rw);
-        L& l = lock_of(rw);
-        if (!l.try_lock()) return EBUSY;
-        bool waited = false;
-        if (!claim(rw, false, CLOCK_REALTIME, nullptr, &waited)) {
-            l.unlock();
-            return EBUSY;
-        }
+        if (rw_of(rw).try_write(preference(rw)) != rw_status::acquired) return EBUSY;
         owner_of(rw).store(thread_id(), std::memory_order_relaxed);  // as in write_lock
         if constexpr (Stats) stats_record(rw, object_kind::rwlock_write, false, 0);
         return 0;
@@ -381,12 +212,15 @@ struct rwlock_impl : rwlock_common {
         if (!supported_clock(c) || !valid_timespec(abs)) return EINVAL;
         return write_lock(rw, c, abs);
     }
-    static int unlock(pthread_rwlock_t* rw) noexcept {
+    static int unlock(pthread_rwlock_t* rw) noexcept SPINDLE_NO_TSA {
         if (routed(rw)) return real<real_fn::rwlock_unlock, int(pthread_rwlock_t*)>()(rw);
-        if (i_am_writer(rw))
-            write_unlock(rw);
-        else
-            read_unlock(rw);
+        if (i_am_writer(rw)) {
+            // relaxed: ordered before the release of the unlock below.
+            owner_of(rw).store(0, std::memory_order_relaxed);
+            rw_of(rw).unlock();
+        } else {
+            rw_of(rw).unlock_shared();
+        }
         return 0;
     }
 };
@@ -396,7 +230,7 @@ struct rwlock_impl : rwlock_common {
 //
 // The whole rwlock is a tclock_shared in the 16 bytes at offset 8 (it fits:
 // 16 bytes, 8-aligned, all-zero is unlocked, static_assert below); the state
-// word at offset 0 stays 0 and __writers (offset 4) keeps the writer's
+// word at offset 0 stays 0 and __cur_writer (offset 24) keeps the writer's
 // thread_id(). Writers queue and are combined: a writer's section may run on
 // a combiner's thread. Readers never delegate.
 //
@@ -413,7 +247,7 @@ struct rwlock_impl : rwlock_common {
 //
 // Ownership without thread identity where possible: unlock asks the lock
 // whether it is held exclusively (a writer is inside only when no reader
-// is), and clears __writers before a write unlock. Identity is needed for
+// is), and clears __cur_writer before a write unlock. Identity is needed for
 // EDEADLK only: wrlock and trywrlock first move a delegated caller back to
 // its own thread (own_thread, delegation.hpp) so that the id recorded is
 // the caller's; rdlock does the same when a writer holds the lock (it
