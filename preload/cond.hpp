@@ -1,5 +1,6 @@
-// preload/cond.hpp — pthread_cond_*: a futex condition variable with a
-// sequence number, working with the mutexes of this library.
+// preload/cond.hpp — pthread_cond_*: spindle::futex_cond
+// (locks/futex_cond.hpp) inside the pthread_cond_t, working with the
+// mutexes of this library.
 //
 // Why not glibc's condition variable: its wait unlocks and relocks the mutex
 // with glibc's internal mutex functions, which interposition does not reach;
@@ -9,40 +10,15 @@
 // table and nothing on the mutex fast path; the condition variable is the
 // only thing that knows about waiting.
 //
-//     seq      (offset 0)  +1 on every signal or broadcast that finds waiters
-//     waiters  (offset 4)  threads registered and not yet left
-//     flags    (offset 8)  clock (CLOCK_MONOTONIC via pthread_condattr_setclock)
-//                          and process-shared (the futex is then not private)
+// The futex_cond sits at offset 0 (layout.hpp: seq, waiters, flags), so
+// PTHREAD_COND_INITIALIZER (all zero) is a valid one. Its protocol (steps 1
+// to 6, why no wake-up is lost, its two limits, and destroy waiting for the
+// waiters to leave) is in locks/futex_cond.hpp; preload/README.md repeats the
+// limits. What this file adds to its wait:
 //
-// wait(c, m), with m held:
-//   1. waiters += 1                        } while still holding m, so a
-//   2. s = seq                             } signaller holding m sees both
-//   3. unlock m (through the installed table: see step 3 in wait())
-//   4. futex_wait(&seq, s)                 returns at once if seq != s
-//   5. (seq still read for the timeout case) waiters -= 1, the last access to c
-//   6. lock m
-// signal: if waiters != 0 { seq += 1; futex_wake(&seq, 1) }
-// broadcast: if waiters != 0 { seq += 1; futex_wake(&seq, all) }
-//
-// No lost wake-up: the waiter reads seq before it releases m (2 before 3).
-// A signaller that holds m either ran before step 1 (then the waiter was not
-// yet waiting) or after step 3: then it increments seq after the waiter read
-// it, and the kernel's check-and-sleep in step 4 is atomic with respect to
-// the wake — the waiter either sees seq changed or is asleep and is woken.
-// Spurious wake-ups happen (a wake-one can hit a waiter that arrived after
-// the signal, the earlier one then returns from step 4 because seq moved),
-// as POSIX allows. Two limits, both documented in preload/README.md: a wake-one
-// reaches the kernel's first sleeper of highest priority, so with real-time
-// priorities a later, higher-priority waiter can take a signal meant for an
-// earlier one; and a waiter that sleeps through exactly 2^32 signals would
-// miss its wake-up.
-//
-// broadcast wakes every waiter, which then contend for the mutex (thundering
-// herd): the queue locks have no futex word a waiter could be requeued onto.
-//
-// destroy waits until every waiter has left step 5 (after waking all), so
-// the common "broadcast, then destroy and free" pattern never frees memory a
-// waiter still touches.
+//   step 3 unlocks through the installed table (see wait()), releasing
+//   every level of a recursive mutex; step 4 is a cancellation point; step
+//   6 relocks with M::lock and restores the recursion depth.
 //
 // Cancellation: wait, timedwait and clockwait are cancellation points. The
 // futex sleep runs with asynchronous cancellation enabled (cancel_wait.c,
@@ -66,6 +42,9 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
+
+#include <spindle/locks/futex_cond.hpp>
 
 #include "internal.hpp"
 #include "layout.hpp"
@@ -73,16 +52,12 @@
 
 namespace spindle::preload {
 
-inline std::atomic<std::uint32_t>* cond_seq(pthread_cond_t* c) noexcept {
-    return at<std::atomic<std::uint32_t>>(c, cond_layout::seq);
-}
-inline std::atomic_ref<std::uint32_t> cond_waiters(pthread_cond_t* c) noexcept {
-    return word<std::uint32_t>(c, cond_layout::waiters);
-}
-inline std::uint32_t cond_flags(pthread_cond_t* c) noexcept {
-    // relaxed: written by pthread_cond_init before sharing.
-    return word<std::uint32_t>(c, cond_layout::flags).load(std::memory_order_relaxed);
-}
+static_assert(sizeof(spindle::futex_cond) <= sizeof(pthread_cond_t) &&
+              alignof(spindle::futex_cond) <= alignof(pthread_cond_t));
+static_assert(spindle::futex_cond::clock_monotonic == cond_layout::clock_monotonic &&
+              spindle::futex_cond::process_shared == cond_layout::process_shared);
+
+inline spindle::futex_cond& cond_of(pthread_cond_t* c) noexcept { return *at<spindle::futex_cond>(c, 0); }
 
 inline int cond_init(pthread_cond_t* c, const pthread_condattr_t* a) noexcept {
     std::uint32_t flags = 0;
@@ -91,40 +66,17 @@ inline int cond_init(pthread_cond_t* c, const pthread_condattr_t* a) noexcept {
         int pshared = PTHREAD_PROCESS_PRIVATE;
         pthread_condattr_getclock(a, &clock);
         pthread_condattr_getpshared(a, &pshared);
-        if (clock == CLOCK_MONOTONIC) flags |= cond_layout::clock_monotonic;
-        if (pshared != PTHREAD_PROCESS_PRIVATE) flags |= cond_layout::process_shared;
+        if (clock == CLOCK_MONOTONIC) flags |= spindle::futex_cond::clock_monotonic;
+        if (pshared != PTHREAD_PROCESS_PRIVATE) flags |= spindle::futex_cond::process_shared;
     }
     std::memset(static_cast<void*>(c), 0, sizeof *c);
-    word<std::uint32_t>(c, cond_layout::flags).store(flags, std::memory_order_relaxed);  // before sharing
-    return 0;
-}
-
-// Wakes one or all waiters, if there are any.
-inline int cond_wake(pthread_cond_t* c, bool all) noexcept {
-    // seq_cst, with the seq_cst increment in wait step 1: a signaller that
-    // does not hold the mutex but learned by other means that a waiter has
-    // registered sees it. (One holding the mutex is ordered by the mutex.)
-    if (cond_waiters(c).load(std::memory_order_seq_cst) == 0) return 0;
-    bool shared = (cond_flags(c) & cond_layout::process_shared) != 0;
-    // seq_cst: pairs with the waiter's read of seq (step 2); the futex
-    // call below then wakes any waiter that read the old value.
-    cond_seq(c)->fetch_add(1, std::memory_order_seq_cst);
-    if (all)
-        futex_wake_all(cond_seq(c), shared);
-    else
-        futex_wake_one(cond_seq(c), shared);
+    std::construct_at(&cond_of(c), flags);  // published by whatever shares c
     return 0;
 }
 
 // Wakes every waiter and waits until all have left (step 5).
 inline int cond_destroy(pthread_cond_t* c) noexcept {
-    // acquire pairs with the release in step 5 (a waiter's last access).
-    if (cond_waiters(c).load(std::memory_order_acquire) == 0) return 0;
-    bool shared = (cond_flags(c) & cond_layout::process_shared) != 0;
-    cond_seq(c)->fetch_add(1, std::memory_order_seq_cst);  // as in cond_wake
-    futex_wake_all(cond_seq(c), shared);
-    unsigned spins = 0;
-    while (cond_waiters(c).load(std::memory_order_acquire) != 0) spin_step(spins);  // as above
+    cond_of(c).quiesce();
     return 0;
 }
 
@@ -152,10 +104,10 @@ struct cond_impl {
         // it on, before leaving (POSIX: a cancelled waiter must not consume
         // a signal while other waiters are blocked). If the signal woke
         // another waiter instead, this is one spurious wake-up more, which
-        // POSIX allows. acquire pairs with the signaller's seq_cst
-        // increment (cond_wake).
-        if (cond_seq(f->c)->load(std::memory_order_acquire) != f->seq) cond_wake(f->c, false);
-        cond_waiters(f->c).fetch_sub(1, std::memory_order_release);  // as in wait
+        // POSIX allows.
+        spindle::futex_cond& cv = cond_of(f->c);
+        if (cv.notified_since(f->seq)) cv.notify_one();
+        cv.leave();  // step 5
         int ignored = 0;
         relock(f->m, f->depth, &ignored);
         // The unwinding goes on to the thread's cleanup handlers and its
@@ -175,11 +127,9 @@ struct cond_impl {
         M::own_thread();
         pthread_testcancel();  // a cancellation point even if it would not sleep
 
-        std::uint32_t flags = cond_flags(c);
-        // Step 1. seq_cst: see cond_wake.
-        cond_waiters(c).fetch_add(1, std::memory_order_seq_cst);
-        // Step 2. seq_cst: pairs with the signaller's increment.
-        std::uint32_t s = cond_seq(c)->load(std::memory_order_seq_cst);
+        spindle::futex_cond& cv = cond_of(c);
+        // Steps 1 and 2.
+        std::uint32_t s = cv.enter();
 
         // Step 3, releasing every level of a recursive mutex we hold.
         frame f{c, m, 0, s};
@@ -200,28 +150,26 @@ struct cond_impl {
         int r = current()->mutex_unlock(m);
         if (r != 0) {  // EPERM: not the holder
             if (f.depth > 1) M::depth_of(m) = f.depth;
-            cond_waiters(c).fetch_sub(1, std::memory_order_release);  // as in step 5
+            cv.leave();  // as in step 5
             return r;
         }
 
-        // Step 4.
-        int op = FUTEX_WAIT_BITSET;
-        if (!(flags & cond_layout::process_shared)) op |= FUTEX_PRIVATE_FLAG;
+        // Step 4, cancellable: futex_cond::sleep's futex call, made by
+        // cancel_wait.c.
         int w = 0;
         if (abs != nullptr && abs->tv_sec < 0) {
             w = ETIMEDOUT;  // long past (the kernel would call it EINVAL)
         } else {
-            if (abs != nullptr && clock == CLOCK_REALTIME) op |= FUTEX_CLOCK_REALTIME;
-            w = spindle_preload_cancellable_wait(reinterpret_cast<std::uint32_t*>(cond_seq(c)), s,
-                                                 op, abs, &on_cancel, &f);
+            w = spindle_preload_cancellable_wait(reinterpret_cast<std::uint32_t*>(cv.seq_word()), s,
+                                                 cv.futex_op(clock, abs != nullptr), abs, &on_cancel, &f);
         }
-        // A timeout that raced with a signal counts as a wake-up. relaxed:
-        // only which value, not what it publishes, matters here.
-        bool timed_out = w == ETIMEDOUT && cond_seq(c)->load(std::memory_order_relaxed) == s;
+        // A timeout that raced with a signal counts as a wake-up. (A
+        // relaxed look would do: only which value, not what it publishes,
+        // matters here.)
+        bool timed_out = w == ETIMEDOUT && !cv.notified_since(s);
 
-        // Step 5. release pairs with cond_destroy's acquire: nothing of ours
-        // touches c after this.
-        cond_waiters(c).fetch_sub(1, std::memory_order_release);
+        // Step 5: nothing of ours touches c after this.
+        cv.leave();
 
         // Step 6.
         int err = 0;
@@ -234,9 +182,7 @@ struct cond_impl {
         return wait(c, m, CLOCK_REALTIME, nullptr);
     }
     static int timedwait(pthread_cond_t* c, pthread_mutex_t* m, const struct timespec* abs) noexcept {
-        clockid_t clock =
-            (cond_flags(c) & cond_layout::clock_monotonic) ? CLOCK_MONOTONIC : CLOCK_REALTIME;
-        return wait(c, m, clock, abs);
+        return wait(c, m, cond_of(c).clock(), abs);
     }
     static int clockwait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clock,
                          const struct timespec* abs) noexcept {
@@ -245,7 +191,13 @@ struct cond_impl {
     }
 };
 
-inline int cond_signal(pthread_cond_t* c) noexcept { return cond_wake(c, false); }
-inline int cond_broadcast(pthread_cond_t* c) noexcept { return cond_wake(c, true); }
+inline int cond_signal(pthread_cond_t* c) noexcept {
+    cond_of(c).notify_one();
+    return 0;
+}
+inline int cond_broadcast(pthread_cond_t* c) noexcept {
+    cond_of(c).notify_all();
+    return 0;
+}
 
 }  // namespace spindle::preload

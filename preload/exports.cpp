@@ -720,11 +720,11 @@ int child_cond_destroy(pthread_cond_t* c) noexcept {
     // A process-shared one's registered waiters may be live processes (the
     // parent's threads among them): destroy waits for them to leave, as
     // anywhere else; forgetting them would let a late leaver wrap the count.
-    if ((cond_flags(c) & cond_layout::process_shared) != 0) return g_child_parent->cond_destroy(c);
+    if ((cond_of(c).flags() & spindle::futex_cond::process_shared) != 0) return g_child_parent->cond_destroy(c);
     if (!begin_reset(c)) return g_child_parent->cond_destroy(c);
     // Registered waiters can only be threads that did not survive the fork.
-    // relaxed: no live thread uses c (begin_reset).
-    cond_waiters(c).store(0, std::memory_order_relaxed);
+    // No live thread uses c (begin_reset).
+    cond_of(c).forget_waiters();
     end_reset();
     return 0;
 }

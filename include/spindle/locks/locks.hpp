@@ -45,6 +45,11 @@
 //   (*)  unless a thread holds several contended locks (multi-waiting).
 //   (**) not for a lock its next holder may free (pthread_mutex_t included).
 //
+// Beside them, for any of these (their own headers; not in this one, and
+// not bound by the 16-byte contract): basic_rw_lock<W> (locks/rw_lock.hpp),
+// a reader-writer lock whose writers queue on W; futex_cond
+// (locks/futex_cond.hpp), a condition variable that waits with any of them.
+//
 // Each type also has `name` (e.g. "spindle::mcs_park_lock"), `is_fifo` and
 // `parks` (the gated twins also `barges`). The out-of-line parts (node pool, thread-exit hook, misuse
 // report) are the CMake target spindle::locks, position-independent so a
