@@ -20,7 +20,9 @@
 #include <mutex>  // std::adopt_lock
 
 #include <spindle/locks/guard.hpp>
+#include <spindle/locks/futex_cond.hpp>
 #include <spindle/locks/locks.hpp>
+#include <spindle/locks/rw_lock.hpp>
 #include <spindle/locks/tclock.hpp>
 #include <spindle/locks/tclock_shared.hpp>
 #include <spindle/sync/cqs_mutex.hpp>
@@ -82,6 +84,8 @@ SPINDLE_TSA_CASE(hemlock_aho_park, 18)
 SPINDLE_TSA_CASE(tclock, 19)
 SPINDLE_TSA_CASE(tclock_blocking, 20)
 SPINDLE_TSA_CASE(tclock_shared, 21)
+SPINDLE_TSA_CASE(compact_ticket_lock, 22)
+SPINDLE_TSA_CASE(rw_lock, 23)
 
 // The reader side of tclock_shared.
 struct guarded_shared {
@@ -162,8 +166,10 @@ SPINDLE_TSA_GUARD_CASE(spindle::tclock_shared, 21)
 SPINDLE_TSA_GUARD_CASE(spindle::mutex, 22)
 SPINDLE_TSA_GUARD_CASE(spindle::cqs_mutex, 23)
 SPINDLE_TSA_GUARD_CASE(spindle::shared_mutex, 24)
+SPINDLE_TSA_GUARD_CASE(spindle::compact_ticket_lock, 25)
+SPINDLE_TSA_GUARD_CASE(spindle::rw_lock, 26)
 
-// The shared guard, over the two reader-writer locks.
+// The shared guard, over the reader-writer locks.
 #define SPINDLE_TSA_SHARED_GUARD_CASE(L, id)                                                                   \
     struct shared_scoped_##id {                                                                                \
         L mu;                                                                                                  \
@@ -200,6 +206,46 @@ SPINDLE_TSA_GUARD_CASE(spindle::shared_mutex, 24)
 
 SPINDLE_TSA_SHARED_GUARD_CASE(spindle::tclock_shared, 1)
 SPINDLE_TSA_SHARED_GUARD_CASE(spindle::shared_mutex, 2)
+SPINDLE_TSA_SHARED_GUARD_CASE(spindle::rw_lock, 3)
+// The reader side of rw_lock.
+struct guarded_rw_shared {
+    spindle::rw_lock m;
+    int n SPINDLE_GUARDED_BY(m) = 0;
+    int read() {
+        m.lock_shared();
+        const int v = n;
+        m.unlock_shared();
+        return v;
+    }
+#ifdef SPINDLE_TSA_MISUSE
+    void write_shared() {  // diagnosed: a write under a shared hold
+        m.lock_shared();
+        n = 1;
+        m.unlock_shared();
+    }
+#endif
+};
+
+
+// A condition variable wait: wait() requires the lock and keeps it held.
+struct guarded_cond {
+    spindle::ticket_lock m;
+    spindle::futex_cond cv;
+    int n SPINDLE_GUARDED_BY(m) = 0;
+    int wait_for_one() {
+        m.lock();
+        while (n == 0) cv.wait(m);
+        const int v = n;
+        m.unlock();
+        return v;
+    }
+    void post() {
+        m.lock();
+        ++n;
+        m.unlock();
+        cv.notify_one();
+    }
+};
 
 }  // namespace
 
@@ -237,8 +283,15 @@ TEST(LockAnnotations, RightUsesCompileCleanAndRun) {
     use_once<guarded_19>();
     use_once<guarded_20>();
     use_once<guarded_21>();
+    use_once<guarded_22>();
+    use_once<guarded_23>();
     guarded_shared s;
     EXPECT_EQ(s.read(), 0);
+    guarded_rw_shared rs;
+    EXPECT_EQ(rs.read(), 0);
+    guarded_cond c;
+    c.post();
+    EXPECT_EQ(c.wait_for_one(), 1);
 }
 
 template <class G>
