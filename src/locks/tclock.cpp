@@ -37,6 +37,7 @@
 #include <spindle/locks/tclock_shared.hpp>
 
 #include <spindle/arch/context.hpp>
+#include <spindle/memory/detail/guarded_mapping.hpp>
 #include <spindle/locks/detail/futex.hpp>
 #include <spindle/locks/detail/park_gate.hpp>  // park_gate_handoff_after_ns, park_gate_now_ns
 
@@ -177,15 +178,16 @@ std::atomic<std::uint64_t> g_ooo_finishes{0};
 std::atomic<std::uint64_t> g_handbacks{0};
 std::atomic<std::uint64_t> g_handoffs{0};
 
-// A thread's ephemeral stack: one private anonymous mapping, the lowest page
-// PROT_NONE (the guard), the rest usable; mapped on the thread's first
-// contended lock() and unmapped when the thread exits. Its own mmap rather
-// than the fiber stack pool (memory/stack.hpp): the TCLocks live in
-// spindle_locks, which has no runtime and goes into the preload library, so
-// nothing here may install the fiber runtime's SIGSEGV handler or sigaltstack.
-// The cost: an overflow of an ephemeral stack (only waiting code and signal
-// handlers run there, with eph_min_room free below every frame) is a plain
-// SIGSEGV at the guard page, without the fiber runtime's message.
+// A thread's ephemeral stack: a guarded mapping (memory/detail/
+// guarded_mapping.hpp, the fiber stacks' own: the lowest page the guard, the
+// rest usable); mapped on the thread's first contended lock() and unmapped
+// when the thread exits. Not a stack of the fiber stack pool
+// (memory/stack.hpp): the TCLocks live in spindle_locks, which has no
+// runtime and goes into the preload library, so nothing here may install
+// the fiber runtime's SIGSEGV handler or sigaltstack. The cost: an overflow
+// of an ephemeral stack (only waiting code and signal handlers run there,
+// with eph_min_room free below every frame) is a plain SIGSEGV at the guard
+// page, without the fiber runtime's message.
 struct eph_stack {
     std::byte* base = nullptr;  // the mapping, guard page first
     std::size_t map_size = 0;
@@ -193,20 +195,13 @@ struct eph_stack {
     std::byte* top() const noexcept { return base + map_size; }
     std::byte* bottom() const noexcept { return base + page_size(); }  // end of the guard
 
-    // No system call: glibc answers from the auxiliary vector.
-    static std::size_t page_size() noexcept { return static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)); }
-    // false: no memory (the caller's errno may have changed).
+    // false: no memory. errno is left as it was.
     bool map() noexcept {
         const std::size_t page = page_size();
         const std::size_t size = page + (eph_stack_size + page - 1) / page * page;
-        void* p = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                         MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-        if (p == MAP_FAILED) return false;
-        if (::mprotect(p, page, PROT_NONE) != 0) {
-            ::munmap(p, size);
-            return false;
-        }
-        base = static_cast<std::byte*>(p);
+        const guarded_mapping m = map_guarded(size);
+        if (m.base == nullptr) return false;
+        base = m.base;
         map_size = size;
         return true;
     }

@@ -4,7 +4,8 @@
 //
 //   1. the overflow registry: lock-free for its reader (the SIGSEGV handler),
 //      a mutex for its writers (acquire/release of a fresh mapping);
-//   2. mapping a stack: mmap, guard page, registry slot;
+//   2. mapping a stack: a guarded mapping (memory/detail/guarded_mapping.hpp),
+//      registry slot;
 //   3. the per-thread pool and the madvise release;
 //   4. the SIGSEGV handler and the per-thread sigaltstack;
 //   5. SPINDLE_STACK_SIZE;
@@ -14,6 +15,7 @@
 // never freed, or `g_previous_segv`, which is written once before the handler
 // is installed.
 #include <spindle/memory/stack.hpp>
+#include <spindle/memory/detail/guarded_mapping.hpp>
 
 #include <spindle/arch/context.hpp>
 
@@ -44,12 +46,6 @@
 #include <sanitizer/asan_interface.h>
 #endif
 
-// Guard regions (Linux 6.13). Old headers do not have the constant; the
-// kernel answers EINVAL if it does not know the advice, and we fall back.
-#ifndef MADV_GUARD_INSTALL
-#define MADV_GUARD_INSTALL 102
-#endif
-
 namespace spindle::detail {
 namespace {
 
@@ -66,11 +62,6 @@ union no_destroy {
     constexpr no_destroy() : value() {}
     ~no_destroy() {}
 };
-
-std::size_t page_size() noexcept {
-    static const std::size_t size = static_cast<std::size_t>(::sysconf(_SC_PAGESIZE));
-    return size;
-}
 
 constexpr std::size_t round_up(std::size_t n, std::size_t to) noexcept { return (n + to - 1) / to * to; }
 
@@ -223,68 +214,13 @@ void unregister_stack(std::uint32_t index) noexcept {
 // ---------------------------------------------------------------------------
 // 2. Mapping a stack
 
-// Which guard method works. Relaxed everywhere: it is a hint that saves a
-// failing madvise per stack; every thread that reads `unknown` or a stale
-// value simply tries madvise first and stays correct.
-std::atomic<guard_method> g_guard_method{guard_method::unknown};
-
-// Whether the guard region just installed at `p` really faults. Some
-// environments accept advice they do not implement: qemu-user answers 0 to
-// every madvise it does not know, and a stack would then have no guard at all.
-// A kernel copying from a guard region fails with EFAULT, so we ask it to copy
-// one byte into a pipe. Done once per process.
-bool guard_region_faults(void* p) noexcept {
-    int fds[2];
-    if (::pipe2(fds, O_CLOEXEC) != 0) return true;  // cannot tell (no fds left): trust the kernel
-    const ssize_t n = ::write(fds[1], p, 1);
-    const int err = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    return n < 0 && err == EFAULT;
-}
-
-// Makes [p, p + bytes) a guard. Returns 0 or an errno value.
-int install_guard(void* p, std::size_t bytes) noexcept {
-    const guard_method known = g_guard_method.load(std::memory_order_relaxed);
-    if (known != guard_method::mprotect) {
-        int err = 0;
-        // The kernel may ask us to retry (EAGAIN) when it races with page
-        // faults, and EINTR on a pending signal; both are transient.
-        for (int attempt = 0; attempt < 8; ++attempt) {
-            if (::madvise(p, bytes, MADV_GUARD_INSTALL) == 0) {
-                if (known == guard_method::guard_region) return 0;
-                if (guard_region_faults(p)) {
-                    g_guard_method.store(guard_method::guard_region, std::memory_order_relaxed);
-                    return 0;
-                }
-                err = EINVAL;  // accepted but ignored: treat as unsupported
-                break;
-            }
-            err = errno;
-            if (err != EAGAIN && err != EINTR) break;
-        }
-        if (err != EINVAL) return err;
-        // EINVAL: the kernel does not know guard regions (before 6.13), or
-        // refuses them for this mapping (mlock'ed). Remember only the first
-        // kind of answer: if guard regions ever worked they work in general.
-        if (known == guard_method::unknown) g_guard_method.store(guard_method::mprotect, std::memory_order_relaxed);
-    }
-    if (::mprotect(p, bytes, PROT_NONE) != 0) return errno;
-    return 0;
-}
-
 // Fresh mapping of `map_size` bytes with its guard and registry slot. `top`
 // and `usable` are filled in by the caller.
 stack_region map_stack(std::size_t map_size) {
-    const std::size_t page = page_size();
-    void* mem = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (mem == MAP_FAILED) throw_map_error(errno, "mmap", map_size);
-    auto* base = static_cast<std::byte*>(mem);
-    if (const int err = install_guard(base, page); err != 0) {
-        ::munmap(mem, map_size);
-        throw_map_error(err, "installing the guard page", map_size);
-    }
+    const guarded_mapping m = map_guarded(map_size);
+    if (m.base == nullptr) throw_map_error(m.error, m.guard_failed ? "installing the guard page" : "mmap", map_size);
+    std::byte* const base = m.base;
+    void* const mem = base;
     stack_region r;
     r.map_base = base;
     r.map_size = map_size;
@@ -797,14 +733,12 @@ SPINDLE_COLD void install_thread_altstack() {
     const std::size_t page = page_size();
     const std::size_t size = round_up(altstack_size_needed(), page);
     const std::size_t map_size = page + size;
-    void* mem = ::mmap(nullptr, map_size, PROT_READ | PROT_WRITE,
-                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
-    if (mem == MAP_FAILED) throw_map_error(errno, "mmap of the signal stack", map_size);
-    auto* base = static_cast<std::byte*>(mem);
-    if (const int err = install_guard(base, page); err != 0) {
-        ::munmap(mem, map_size);
-        throw_map_error(err, "installing the signal stack's guard page", map_size);
-    }
+    const guarded_mapping m = map_guarded(map_size);
+    if (m.base == nullptr)
+        throw_map_error(m.error, m.guard_failed ? "installing the signal stack's guard page" : "mmap of the signal stack",
+                        map_size);
+    std::byte* const base = m.base;
+    void* const mem = base;
     stack_t ss{};
     ss.ss_sp = base + page;
     ss.ss_size = size;
@@ -835,7 +769,7 @@ void first_switch_on_thread() noexcept {
 // ---------------------------------------------------------------------------
 // Public entry points
 
-guard_method stack_guard_method() noexcept { return g_guard_method.load(std::memory_order_relaxed); }
+guard_method stack_guard_method() noexcept { return guard_method_in_use(); }
 
 void install_overflow_handler() {
     if (!g_handler_installed.load(std::memory_order_acquire)) install_process_handler();  // pairs with its store

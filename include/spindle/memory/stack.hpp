@@ -100,6 +100,8 @@
 #include <cstdint>
 #include <optional>
 
+#include <spindle/memory/detail/guarded_mapping.hpp>
+
 namespace spindle {
 
 // Usable bytes a fiber gets when nobody says otherwise (SPINDLE_STACK_SIZE
@@ -170,12 +172,8 @@ inline constexpr std::size_t stack_overflow_sp_above = 256;        // or this fa
 // Each thread's alternate signal stack (installed if the thread has none).
 inline constexpr std::size_t altstack_min_size = 64 * 1024;
 
-// How guard pages are made in this process (decided by the first stack).
-enum class guard_method : std::uint8_t {
-    unknown = 0,       // no stack mapped yet
-    guard_region = 1,  // madvise(MADV_GUARD_INSTALL): no extra VMA
-    mprotect = 2,      // mprotect(PROT_NONE): one extra VMA per stack
-};
+// How guard pages are made in this process (decided by the first guarded
+// mapping: memory/detail/guarded_mapping.hpp, guard_method).
 guard_method stack_guard_method() noexcept;
 
 // Take a stack of at least `size` usable bytes from this thread's pool (or mmap a new one).
