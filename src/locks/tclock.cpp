@@ -206,7 +206,15 @@ struct eph_stack {
         return true;
     }
     void unmap() noexcept {
-        if (base != nullptr) ::munmap(base, map_size);
+        if (base != nullptr) {
+#if SPINDLE_ASAN
+            // Frames that ran here may still be poisoned in ASan's shadow,
+            // which outlives the mapping: whatever the kernel maps here next
+            // must not inherit it (as unmap_stack in memory/stack.cpp).
+            __asan_unpoison_memory_region(bottom(), map_size - page_size());
+#endif
+            ::munmap(base, map_size);
+        }
         base = nullptr;
         map_size = 0;
     }
