@@ -93,12 +93,6 @@ void write_stderr(const char* s) noexcept {
     }
 }
 
-void fatal(const char* msg) noexcept {
-    write_stderr(msg);
-    write_stderr("\n");
-    std::abort();
-}
-
 std::atomic<std::uint32_t> g_next_thread_id{0};
 constinit thread_local std::uint32_t t_thread_id __attribute__((tls_model("initial-exec"))) = 0;
 

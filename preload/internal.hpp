@@ -49,6 +49,7 @@
 #include <cstdint>
 
 #include <spindle/arch/config.hpp>
+#include <spindle/arch/fatal.hpp>
 
 #define SPINDLE_PRELOAD_EXPORT __attribute__((visibility("default")))
 
@@ -147,10 +148,11 @@ int old_cond_timedwait(pthread_cond_t*, pthread_mutex_t*, const struct timespec*
 
 // ---------------------------------------------------------------------------
 // Messages and fatal errors. Both write with write(2): no stdio, no locks,
-// no allocation, usable from any state the library can be in.
+// no allocation, usable from any state the library can be in. A fatal
+// error is spindle's one fatal() (arch/fatal.hpp): "spindle: <message>".
 
 void write_stderr(const char* s) noexcept;
-[[noreturn]] void fatal(const char* msg) noexcept;
+using spindle::detail::fatal;
 
 // ---------------------------------------------------------------------------
 // Thread identity for recursive and errorcheck mutexes and rwlock writers.

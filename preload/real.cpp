@@ -167,18 +167,14 @@ void* resolve_real(real_fn f) noexcept {
     const symbol& s = symbols[i];
     if (t_looking_up) {
         if (void* stand_in = nested_stand_in(f)) return stand_in;
-        write_stderr("spindle: ");
-        write_stderr(s.name);
-        fatal(" was needed while looking up glibc's functions (dlsym locked); "
-              "run without LD_PRELOAD");
+        fatal("%s was needed while looking up glibc's functions (dlsym locked); run without LD_PRELOAD",
+              s.name);
     }
     t_looking_up = true;
     void* p = s.version != nullptr ? dlvsym(RTLD_NEXT, s.name, s.version) : dlsym(RTLD_NEXT, s.name);
     t_looking_up = false;
     if (p == nullptr) {
-        write_stderr("spindle: glibc has no ");
-        write_stderr(s.name);
-        fatal("; this library cannot forward to it");
+        fatal("glibc has no %s; this library cannot forward to it", s.name);
     }
     g_real_addresses[i].store(p, std::memory_order_release);  // pairs with real()
     return p;
