@@ -147,6 +147,7 @@ int main() {
     if (c.total != 8 || c.parked != 3 || c.finished != 1 || c.running != 2) {
         std::fprintf(stderr, "gdb_fibers_target: found %d fibers (%d parked, %d finished, %d running), "
                      "expected 8 (3, 1, 2)\n", c.total, c.parked, c.finished, c.running);
+        m.unlock();  // the thread-safety analysis wants it held on no path out
         return 1;
     }
     gdb_fibers_stop_here();
