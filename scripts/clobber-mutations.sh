@@ -57,7 +57,8 @@ mutant() {
   fi
   # ($gtest unquoted: pkg-config's flags, one word each)
   if ! "$cxx" -std=c++20 -"$opt" -I"$dir/include" -Iinclude \
-      tests/arch/switch_clobber_test.cpp "$out/$tag-stack.o" "$out/$tag-generator.o" "$out/$tag-context.o" -o "$dir/switch_clobber" \
+      tests/arch/switch_clobber_test.cpp "$out/$tag-stack.o" "$out/$tag-guarded_mapping.o" "$out/$tag-generator.o" \
+      "$out/$tag-context.o" "$out/$tag-fatal.o" -o "$dir/switch_clobber" \
       $gtest -pthread >"$dir/build.log" 2>&1; then
     echo "error: $tag -$opt without \"$reg\" did not build (see $dir/build.log)"
     return
@@ -86,10 +87,12 @@ export out gtest
 jobs=()
 for cxx in "${compilers[@]}"; do
   tag=$(basename "$cxx")
-  # The library parts the test needs (stacks, the generator's entry, the
-  # switch's thread-locals), built once per compiler with the real header:
-  # only the test's inlined switches are mutated.
-  for src in src/memory/stack.cpp src/runtime/generator.cpp src/arch/context.cpp; do
+  # The library parts the test needs (stacks and their guarded mappings, the
+  # generator's entry, the switch's thread-locals, fatal()), built once per
+  # compiler with the real header: only the test's inlined switches are
+  # mutated.
+  for src in src/memory/stack.cpp src/memory/guarded_mapping.cpp src/runtime/generator.cpp \
+             src/arch/context.cpp src/arch/fatal.cpp; do
     "$cxx" -std=c++20 -O2 -Iinclude -c "$src" -o "$out/$tag-$(basename "$src" .cpp).o"
   done
   for opt in O2 O3; do jobs+=("$cxx none $opt"); done
