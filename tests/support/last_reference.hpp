@@ -326,4 +326,23 @@ inline constexpr int chain_threads = 2;
 
 inline std::string party_name(const ::testing::TestParamInfo<party_kind>& i) { return to_string(i.param); }
 
+// The object of the mutex scenarios (spindle::mutex, cqs_mutex: anything
+// with lock(), try_lock(), lock(stop_token) and unlock()): a mutex and a
+// count of references to itself, guarded by it.
+template <class M>
+struct mutex_object : counted_object<mutex_object<M>> {
+    explicit mutex_object(int n) : refs(n) {}
+    M m;
+    int refs;  // guarded by m
+
+    const void* primitive() const { return &m; }
+    void hold() { m.lock(); }
+    void unhold() { m.unlock(); }
+    bool enter(std::stop_token st) { return m.lock(std::move(st)); }
+    bool try_enter() { return m.try_lock(); }
+    void enter() { m.lock(); }
+    void leave() { m.unlock(); }
+    int drop() { return --refs; }
+};
+
 }  // namespace spindle::test

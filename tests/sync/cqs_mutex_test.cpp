@@ -117,24 +117,10 @@ TEST(MutexDeathTest, CqsMutexDoubleUnlockDuringHandoffAborts) {
 // count of references to itself, guarded by the mutex; whoever drops the
 // last reference deletes the object right after its unlock returns.
 
-using spindle::test::counted_object;
 using spindle::test::party_kind;
 using spindle::test::race_point;
 
-struct cqs_mutex_object : counted_object<cqs_mutex_object> {
-    explicit cqs_mutex_object(int n) : refs(n) {}
-    spindle::cqs_mutex m;
-    int refs;  // guarded by m
-
-    const void* primitive() const { return &m; }
-    void hold() { m.lock(); }
-    void unhold() { m.unlock(); }
-    bool enter(std::stop_token st) { return m.lock(std::move(st)); }
-    bool try_enter() { return m.try_lock(); }
-    void enter() { m.lock(); }
-    void leave() { m.unlock(); }
-    int drop() { return --refs; }
-};
+using cqs_mutex_object = spindle::test::mutex_object<spindle::cqs_mutex>;
 
 class CqsMutexLastReference : public ::testing::TestWithParam<party_kind> {};
 

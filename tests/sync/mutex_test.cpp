@@ -605,25 +605,10 @@ TEST(MutexDeathTest, DestroyingAHeldMutexAborts) {
 
 namespace {
 
-using spindle::test::counted_object;
 using spindle::test::party_kind;
 using spindle::test::race_point;
 
-template <class M>
-struct mutex_object : counted_object<mutex_object<M>> {
-    explicit mutex_object(int n) : refs(n) {}
-    M m;
-    int refs;  // guarded by m
-
-    const void* primitive() const { return &m; }
-    void hold() { m.lock(); }
-    void unhold() { m.unlock(); }
-    bool enter(std::stop_token st) { return m.lock(std::move(st)); }
-    bool try_enter() { return m.try_lock(); }
-    void enter() { m.lock(); }
-    void leave() { m.unlock(); }
-    int drop() { return --refs; }
-};
+using spindle::test::mutex_object;
 
 class MutexLastReference : public ::testing::TestWithParam<party_kind> {};
 
