@@ -69,6 +69,11 @@ inline constexpr unsigned fiber_park_spins = 1024;
 // parties 0.96 -> 1.06 (the OS's context switches dominate both); longer
 // watches (16, 64 yields) measured the same within the noise.
 inline constexpr unsigned queue_spins = 12;
+
+// A busy worker with an I/O engine submits and reaps every this many fiber
+// suspensions (Tokio's scheduler polls its driver every 61 tasks; Go's
+// sysmon every 10 ms). A worker that runs out of fibers does it at once.
+inline constexpr std::uint32_t io_poll_interval = 64;
 inline constexpr unsigned queue_yields = 4;
 
 namespace {
@@ -89,6 +94,15 @@ void push_handed_off(void* arg) noexcept {
 // saved.
 SPINDLE_SWITCH_FN void suspend_current(worker* w, post_action p) noexcept {
     fiber_ctx* self = w->current;
+    // A worker whose fibers keep each other busy never reaches its loop,
+    // where I/O is submitted and reaped: every io_poll_interval suspensions
+    // it looks at its engine here (relaxed: the owner's own store).
+    if (io_engine* e = w->io.load(std::memory_order_relaxed)) [[unlikely]] {
+        if (++w->io_ticks >= io_poll_interval) {
+            w->io_ticks = 0;
+            e->ops->poll(e, true);
+        }
+    }
     fiber_ctx* n = take_over(w, self);
     w->post = p;
     arch::switch_to(&self->ctx, n != nullptr ? &n->ctx : &w->loop_ctx);
@@ -169,6 +183,12 @@ void park(waiter* wt) noexcept {
     wt->state.compare_exchange_strong(s, park_parked, std::memory_order_acq_rel, std::memory_order_acquire);
     // acquire pairs with unpark's exchange.
     while (wt->state.load(std::memory_order_acquire) != park_notified) futex_wait(&wt->state, park_parked);
+}
+
+void park_now(waiter* wt) noexcept {
+    wt->fiber->parked_on = wt;  // for debuggers (debug_layout.hpp)
+    suspend_current(current_worker(), post_action{&finish_park, wt});
+    wt->fiber->parked_on = nullptr;
 }
 
 bool thread_park_spin(waiter* wt, std::chrono::steady_clock::time_point deadline) noexcept {

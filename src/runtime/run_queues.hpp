@@ -39,6 +39,15 @@ struct scheduler_state {
 };
 
 void wake_all_workers(scheduler_state* s) noexcept;
+
+// Wake a worker that sleeps, or is about to: on its futex, or in its I/O
+// engine's block().
+inline void wake_worker(worker* w) noexcept {
+    // acquire pairs with the owner's release store of the engine, made
+    // before it ever parked with it.
+    if (io_engine* e = w->io.load(std::memory_order_acquire)) e->ops->wake(e);
+    else futex_wake(&w->epoch, 1);
+}
 void run_worker_thread(worker* w);
 
 // Wake `w` if it is parked: claim it (parked true -> false), so two
@@ -53,7 +62,7 @@ inline bool claim_and_wake(worker* w) noexcept {
                                            std::memory_order_relaxed))
         return false;
     w->epoch.fetch_add(1, std::memory_order_seq_cst);  // futex key change, pairs with park_worker's load
-    futex_wake(&w->epoch, 1);
+    wake_worker(w);
     return true;
 }
 

@@ -78,6 +78,9 @@ scheduler::~scheduler() {
     for (auto& t : state_->threads) t.join();
     // A thread that woke one of our fibers may still be finishing its notify.
     while (state_->wakes_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    // Their engines last: a wake may use one until wakes_in_flight is 0.
+    for (auto& w : state_->workers)
+        if (detail::io_engine* e = w->io.load(std::memory_order_acquire)) e->ops->destroy(e);
     delete state_;
 }
 

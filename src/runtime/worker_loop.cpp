@@ -23,7 +23,7 @@ void wake_all_workers(scheduler_state* s) noexcept {
     for (auto& w : s->workers) {
         // Unconditional: this happens once, at shutdown.
         w->epoch.fetch_add(1, std::memory_order_seq_cst);
-        futex_wake(&w->epoch, 1);
+        wake_worker(w.get());
     }
 }
 
@@ -58,6 +58,9 @@ fiber_ctx* steal_one(worker* w) noexcept {
 // Something for the worker loop to run: its inject list, its deque, then
 // the other workers' deques.
 fiber_ctx* find_work(worker* w) noexcept {
+    // Completions first: they make fibers ready here. relaxed: the owner's
+    // own store.
+    if (io_engine* e = w->io.load(std::memory_order_relaxed)) e->ops->poll(e, false);
     drain_inject(w);
     if (fiber_ctx* f = pop_ready(w)) return f;
     return steal_one(w);
@@ -83,7 +86,14 @@ void park_worker(worker* w) noexcept {
     // seq_cst RMW then seq_cst re-check of the queues: the Dekker pair with
     // a publisher's seq_cst push then notify_sleeper()'s load of sleepers.
     s->sleepers.fetch_add(1, std::memory_order_seq_cst);
-    if (!any_work_seq_cst(w) && !should_stop(s)) futex_wait(&w->epoch, key);
+    if (!any_work_seq_cst(w) && !should_stop(s)) {
+        // With an I/O engine the worker sleeps in it: submitted operations
+        // and wakes (wake_worker writes the engine's wake descriptor, which
+        // stays armed) both end the sleep, so a wake after the re-check is
+        // not lost.
+        if (io_engine* e = w->io.load(std::memory_order_relaxed)) e->ops->block(e);
+        else futex_wait(&w->epoch, key);
+    }
     // Claimed by a notifier (parked already false) or not: either way we
     // are awake and will look for work.
     // relaxed: only we and claimers write it, and a stale true costs a
@@ -110,7 +120,12 @@ void run_worker_thread(worker* w) {
     for (;;) {
         run_post(w);
         fiber_ctx* f = find_work(w);
-        if (f == nullptr && !should_stop(w->sched)) {
+        io_engine* e = w->io.load(std::memory_order_relaxed);
+        if (f == nullptr && e != nullptr && e->ops->busy(e)) {
+            // Operations queued or in flight: no spinning, which would only
+            // hold the queued submissions back. Sleep in the engine (which
+            // submits them) at once.
+        } else if (f == nullptr && !should_stop(w->sched)) {
             // Spin a little before paying for a futex sleep and wake: work
             // handed off by a CES unlock often arrives within microseconds.
             for (int i = 0; i < 64 && f == nullptr; ++i) {

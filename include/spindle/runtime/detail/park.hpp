@@ -46,6 +46,10 @@ struct waiter {
 };
 
 void park(waiter* wt) noexcept;                         // wait until unparked
+// park() for a fiber, without the spin before it suspends: for a wait that
+// needs its worker to go on to end (an I/O operation, submitted when the
+// worker next looks at its engine).
+void park_now(waiter* wt) noexcept;
 // A thread's spin before it sleeps (thread_park_spins, handoff.cpp): true if
 // unparked.
 // It gives up by `deadline` at the latest (give or take one yield). Before

@@ -69,6 +69,30 @@ namespace spindle::detail {
 struct worker;
 struct scheduler_state;
 
+// A worker's I/O engine (src/io: an io_uring ring or an epoll set), created
+// by the worker's own thread the first time a fiber on it does I/O. The
+// runtime sees only these calls:
+//   wake     any thread: end the owner's block() (claim_and_wake, shutdown)
+//   block    owner, idle: submit what is queued and sleep until a
+//            completion, an event or a wake()
+//   poll     owner: make ready the fibers whose operations completed;
+//            `may_enter` allows a system call to look (epoll_wait with no
+//            timeout); false only reads what is already known
+//   busy     owner: operations queued or in flight, so the loop sleeps in
+//            block() at once instead of spinning
+//   destroy  after the worker thread ended
+struct io_engine;
+struct io_engine_ops {
+    void (*wake)(io_engine*) noexcept;
+    void (*block)(io_engine*) noexcept;
+    void (*poll)(io_engine*, bool may_enter) noexcept;
+    bool (*busy)(io_engine*) noexcept;
+    void (*destroy)(io_engine*) noexcept;
+};
+struct io_engine {
+    const io_engine_ops* ops;
+};
+
 // Sentinel stored in fiber_ctx::join_state once the fiber finished.
 inline void* const join_done = reinterpret_cast<void*>(std::uintptr_t{1});
 
@@ -157,6 +181,13 @@ struct alignas(arch::cache_line) worker {
     // lost wake-up, and no syscall while every worker is busy.
     alignas(arch::cache_line) std::atomic<std::uint32_t> epoch{0};
     std::atomic<bool> parked{false};
+
+    // --- I/O (see io_engine) ------------------------------------------------
+    // Stored once by the owner thread (release) before it parks with it;
+    // notifiers load it (acquire) after claiming `parked`, which the owner
+    // stored after this, so a claimed worker's engine is always seen.
+    std::atomic<io_engine*> io{nullptr};
+    std::uint32_t io_ticks = 0;  // owner: suspensions since the last poll
 };
 
 // The worker whose thread this is; null on other threads. The variable
