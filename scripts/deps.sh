@@ -4,7 +4,7 @@
 set -euo pipefail
 what=${1:-build}
 
-pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev)
+pkgs=(cmake ninja-build g++ pkg-config liburing-dev wrk libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev)
 bench_pkgs=(python3 python3-matplotlib)
 # googletest: the GoogleTest sources (/usr/src/googletest) that the AArch64
 # cross builds compile for the target (libgtest-dev depends on it; named

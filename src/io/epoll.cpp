@@ -1,0 +1,281 @@
+// The epoll backend: one epoll set per worker, owned by the worker's thread.
+//
+// A spindle socket is registered once, edge-triggered for both directions,
+// in the epoll set of the worker where it first waits. Its readiness lives
+// in a poll_desc in a process-wide table indexed by descriptor number (as
+// Go's pollDesc), one word per direction:
+//
+//   rd / wr:   0 -- nothing known
+//              1 -- ready: an edge came while nobody waited
+//              waiter* -- that fiber waits for the next edge
+//
+// An edge (event) moves 0 -> 1, or takes the waiter out (waiter -> 0) and
+// unparks it. A fiber whose system call said EAGAIN takes a pending 1
+// (1 -> 0: try again at once) or puts itself in (0 -> waiter) and parks.
+// A deadline (the runtime's timer) or a stop request takes the waiter out
+// the same way (waiter -> 0): whoever takes it out unparks it, exactly
+// once. Everything is a CAS on the word, so an edge that comes between
+// the EAGAIN and the registration is never lost.
+//
+// Descriptors that are not spindle's (wait_readable/wait_writable) may be
+// closed and their numbers reused behind our back, so each of their waits
+// re-arms the registration (EPOLL_CTL_MOD, or ADD if the kernel forgot it).
+// A spindle socket's close resets its entry (epoll_forget).
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <mutex>
+#include <optional>
+#include <stop_token>
+
+#include <spindle/arch/fatal.hpp>
+#include <spindle/runtime/detail/timer.hpp>
+#include <spindle/runtime/fiber.hpp>
+
+#include "io_internal.hpp"
+
+namespace spindle::io::detail {
+
+namespace {
+
+struct epoll_engine;
+
+struct poll_desc {
+    // See the file comment. acq_rel CASes everywhere: a waiter's
+    // registration pairs with the event's take-out, and the event's 1 with
+    // the waiter's take of it.
+    std::atomic<std::uintptr_t> rd{0};
+    std::atomic<std::uintptr_t> wr{0};
+    // The engine it is registered with; null: not registered. CAS null ->
+    // engine (acq_rel) by the first waiter, who then adds it.
+    std::atomic<epoll_engine*> reg{nullptr};
+};
+
+constexpr std::uintptr_t desc_ready = 1;
+
+// The table: chunks of 4096 entries, made on first use, never freed.
+constexpr int chunk_bits = 12;
+constexpr int chunk_size = 1 << chunk_bits;
+constexpr int max_chunks = 1 << 12;  // 16 M descriptors
+std::atomic<poll_desc*> chunks[max_chunks];
+
+poll_desc* desc_of(int fd) noexcept {
+    int c = fd >> chunk_bits;
+    if (fd < 0 || c >= max_chunks) return nullptr;
+    // acquire pairs with the release CAS below that published the chunk.
+    poll_desc* chunk = chunks[c].load(std::memory_order_acquire);
+    if (chunk == nullptr) {
+        auto* fresh = new poll_desc[chunk_size];
+        if (chunks[c].compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel, std::memory_order_acquire))
+            chunk = fresh;
+        else
+            delete[] fresh;
+    }
+    return &chunk[fd & (chunk_size - 1)];
+}
+
+struct epoll_engine : spindle::detail::io_engine {
+    int epfd = -1;
+    int wake_fd = -1;
+    // Fibers parked on descriptors registered here, wherever they run (a
+    // hint for busy(): relaxed).
+    std::atomic<int> waiting{0};
+    epoll_event events[256];
+    int n = 0;     // events the last epoll_wait returned
+    int next = 0;  // the next one to deliver
+};
+
+epoll_engine* as_epoll(spindle::detail::io_engine* e) noexcept { return static_cast<epoll_engine*>(e); }
+
+// An edge on one direction's word.
+void edge(std::atomic<std::uintptr_t>& a) noexcept {
+    std::uintptr_t v = a.load(std::memory_order_acquire);
+    for (;;) {
+        if (v == desc_ready) return;
+        std::uintptr_t to = v == 0 ? desc_ready : 0;
+        if (a.compare_exchange_weak(v, to, std::memory_order_acq_rel, std::memory_order_acquire)) {
+            if (v != 0) spindle::detail::unpark(reinterpret_cast<waiter*>(v));
+            return;
+        }
+    }
+}
+
+void deliver(epoll_engine* e) noexcept {
+    while (e->next < e->n) {
+        epoll_event& ev = e->events[e->next++];
+        if (ev.data.ptr == nullptr) continue;  // the wake eventfd
+        auto* d = static_cast<poll_desc*>(ev.data.ptr);
+        if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) edge(d->rd);
+        if (ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) edge(d->wr);
+    }
+}
+
+void wait_events(epoll_engine* e, int timeout_ms) noexcept {
+    deliver(e);  // (nothing left, normally)
+    int r = ::epoll_wait(e->epfd, e->events, 256, timeout_ms);
+    e->n = r > 0 ? r : 0;
+    e->next = 0;
+}
+
+void op_wake(spindle::detail::io_engine* e) noexcept {
+    // Edge-triggered and never read: every write is a new edge.
+    std::uint64_t one = 1;
+    [[maybe_unused]] ssize_t r = ::write(as_epoll(e)->wake_fd, &one, sizeof one);
+}
+
+void op_block(spindle::detail::io_engine* base) noexcept {
+    epoll_engine* e = as_epoll(base);
+    if (e->next < e->n) return;  // events to deliver first
+    wait_events(e, -1);
+}
+
+void op_poll(spindle::detail::io_engine* base, bool may_enter) noexcept {
+    epoll_engine* e = as_epoll(base);
+    if (e->next == e->n && may_enter && e->waiting.load(std::memory_order_relaxed) != 0) wait_events(e, 0);
+    deliver(e);
+}
+
+bool op_busy(spindle::detail::io_engine* base) noexcept { return as_epoll(base)->waiting.load(std::memory_order_relaxed) != 0; }
+
+void op_destroy(spindle::detail::io_engine* base) noexcept {
+    epoll_engine* e = as_epoll(base);
+    // Forget every registration with this set: a later scheduler's worker
+    // must register those descriptors with its own.
+    for (int c = 0; c < max_chunks; ++c) {
+        poll_desc* chunk = chunks[c].load(std::memory_order_acquire);
+        if (chunk == nullptr) continue;
+        for (int i = 0; i < chunk_size; ++i) {
+            epoll_engine* expect = e;
+            chunk[i].reg.compare_exchange_strong(expect, nullptr, std::memory_order_acq_rel);
+        }
+    }
+    ::close(e->epfd);
+    ::close(e->wake_fd);
+    delete e;
+}
+
+const spindle::detail::io_engine_ops epoll_ops = {&op_wake, &op_block, &op_poll, &op_busy, &op_destroy};
+
+epoll_engine* engine_of(worker* w) noexcept {
+    auto* cur = w->io.load(std::memory_order_relaxed);  // relaxed: only the owner stores it
+    if (cur != nullptr) return as_epoll(cur);
+    auto* e = new epoll_engine;
+    e->ops = &epoll_ops;
+    e->epfd = ::epoll_create1(EPOLL_CLOEXEC);
+    e->wake_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (e->epfd < 0 || e->wake_fd < 0)
+        spindle::detail::fatal("worker %u: epoll set: %s", w->index, std::strerror(errno));
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLET;
+    ev.data.ptr = nullptr;
+    if (::epoll_ctl(e->epfd, EPOLL_CTL_ADD, e->wake_fd, &ev) < 0)
+        spindle::detail::fatal("worker %u: epoll set: %s", w->index, std::strerror(errno));
+    // release pairs with wake_worker()'s acquire load (run_queues.hpp).
+    w->io.store(e, std::memory_order_release);
+    return e;
+}
+
+// Register fd with e; 0, or -errno (-EPERM: a regular file, always ready).
+int add(epoll_engine* e, int fd, poll_desc* d, int op) noexcept {
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+    ev.data.ptr = d;
+    return ::epoll_ctl(e->epfd, op, fd, &ev) < 0 ? -errno : 0;
+}
+
+// Make sure fd's edges reach some engine (see the file comment).
+int ensure_registered(epoll_engine* e, int fd, poll_desc* d, bool owned) noexcept {
+    epoll_engine* reg = d->reg.load(std::memory_order_acquire);
+    if (reg != nullptr) {
+        if (owned) return 0;
+        int r = add(reg, fd, d, EPOLL_CTL_MOD);  // re-arm (a new edge if ready)
+        if (r != -ENOENT) return r;
+        // The kernel forgot it: the number was closed (and maybe reused).
+        d->reg.compare_exchange_strong(reg, nullptr, std::memory_order_acq_rel);
+        reg = nullptr;
+    }
+    if (!d->reg.compare_exchange_strong(reg, e, std::memory_order_acq_rel, std::memory_order_acquire))
+        return 0;  // another fiber registered it meanwhile
+    int r = add(e, fd, d, EPOLL_CTL_ADD);
+    if (r == -EEXIST) r = add(e, fd, d, EPOLL_CTL_MOD);
+    if (r < 0) d->reg.store(nullptr, std::memory_order_release);
+    return r;
+}
+
+struct fd_wait {
+    waiter wt;
+    std::atomic<std::uintptr_t>* word = nullptr;
+    // Why it was taken out by someone other than an edge: 0 none,
+    // ETIMEDOUT, ECANCELED. Written only by whoever took it out, before
+    // its unpark (whose release the wake-up acquires).
+    std::atomic<int> reason{0};
+};
+
+// Deadline or stop: take the waiter out if it is still in.
+void take_out(fd_wait* fw, int why) noexcept {
+    std::uintptr_t me = reinterpret_cast<std::uintptr_t>(&fw->wt);
+    std::uintptr_t v = me;
+    if (fw->word->compare_exchange_strong(v, 0, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        fw->reason.store(why, std::memory_order_relaxed);  // published by unpark's release
+        spindle::detail::unpark(&fw->wt);
+    }
+}
+
+}  // namespace
+
+int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token& stop) noexcept {
+    poll_desc* d = desc_of(op.fd);
+    if (d == nullptr) return -EBADF;
+    epoll_engine* e = engine_of(w);
+    int r = ensure_registered(e, op.fd, d, op.owned);
+    if (r == -EPERM) return 0;  // cannot be polled (a regular file): always ready
+    if (r < 0) return r;
+    fd_wait fw;
+    fw.wt.fiber = w->current;
+    fw.word = op.write ? &d->wr : &d->rd;
+    std::uintptr_t v = 0;
+    std::uintptr_t me = reinterpret_cast<std::uintptr_t>(&fw.wt);
+    if (!fw.word->compare_exchange_strong(v, me, std::memory_order_acq_rel, std::memory_order_acquire)) {
+        if (v == desc_ready) {
+            // An edge came since the last try: take it and try again.
+            fw.word->compare_exchange_strong(v, 0, std::memory_order_acq_rel, std::memory_order_relaxed);
+            return 0;
+        }
+        // Another fiber waits for this direction already (two readers of
+        // one socket): let it have the edge; look again a little later.
+        this_fiber::sleep_for(std::chrono::microseconds(100));
+        return 0;
+    }
+    epoll_engine* reg = d->reg.load(std::memory_order_acquire);
+    if (reg != nullptr) reg->waiting.fetch_add(1, std::memory_order_relaxed);
+    spindle::detail::timer_entry t;
+    const bool timed = deadline != time_point::max();
+    if (timed) {
+        t.deadline = deadline;
+        t.fn = [](void* a) noexcept { take_out(static_cast<fd_wait*>(a), ETIMEDOUT); };
+        t.arg = &fw;
+        spindle::detail::timer_add(&t);
+    }
+    auto request = [&fw]() noexcept { take_out(&fw, ECANCELED); };
+    std::optional<std::stop_callback<decltype(request)>> cb;
+    if (stop.stop_possible()) cb.emplace(stop, request);
+    spindle::detail::park_now(&fw.wt);
+    cb.reset();
+    if (timed) spindle::detail::timer_cancel(&t);
+    if (reg != nullptr) reg->waiting.fetch_sub(1, std::memory_order_relaxed);
+    return -fw.reason.load(std::memory_order_acquire);
+}
+
+void epoll_forget(int fd) noexcept {
+    poll_desc* d = desc_of(fd);
+    if (d == nullptr) return;
+    d->reg.store(nullptr, std::memory_order_release);
+    d->rd.store(0, std::memory_order_release);
+    d->wr.store(0, std::memory_order_release);
+}
+
+}  // namespace spindle::io::detail

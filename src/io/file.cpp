@@ -1,0 +1,136 @@
+// Files (include/spindle/io/file.hpp): on io_uring through the ring, on
+// epoll and from plain threads as direct system calls (can_wait = false).
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+
+#include <spindle/io/file.hpp>
+
+#include "io_internal.hpp"
+
+namespace spindle::io {
+
+using detail::neg_errno;
+using detail::op_spec;
+
+namespace {
+
+std::error_code err(int negated) noexcept { return {-negated, std::system_category()}; }
+
+result<std::size_t> count_or_error(int r) {
+    if (r < 0) return err(r);
+    return static_cast<std::size_t>(r);
+}
+
+int sys_pread(op_spec& o) { return neg_errno(::pread(o.fd, o.buf, o.len, o.off)); }
+void prep_pread(io_uring_sqe* s, op_spec& o) {
+    io_uring_prep_read(s, o.fd, o.buf, static_cast<unsigned>(o.len), static_cast<__u64>(o.off));
+}
+int sys_pwrite(op_spec& o) { return neg_errno(::pwrite(o.fd, o.buf, o.len, o.off)); }
+void prep_pwrite(io_uring_sqe* s, op_spec& o) {
+    io_uring_prep_write(s, o.fd, o.buf, static_cast<unsigned>(o.len), static_cast<__u64>(o.off));
+}
+int sys_preadv(op_spec& o) { return neg_errno(::preadv(o.fd, o.iov, o.iovcnt, o.off)); }
+void prep_preadv(io_uring_sqe* s, op_spec& o) {
+    io_uring_prep_readv(s, o.fd, o.iov, static_cast<unsigned>(o.iovcnt), static_cast<__u64>(o.off));
+}
+int sys_pwritev(op_spec& o) { return neg_errno(::pwritev(o.fd, o.iov, o.iovcnt, o.off)); }
+void prep_pwritev(io_uring_sqe* s, op_spec& o) {
+    io_uring_prep_writev(s, o.fd, o.iov, static_cast<unsigned>(o.iovcnt), static_cast<__u64>(o.off));
+}
+int sys_fsync(op_spec& o) { return neg_errno(o.flags != 0 ? ::fdatasync(o.fd) : ::fsync(o.fd)); }
+void prep_fsync(io_uring_sqe* s, op_spec& o) {
+    io_uring_prep_fsync(s, o.fd, o.flags != 0 ? IORING_FSYNC_DATASYNC : 0);
+}
+
+// A transfer's length fits the ring's 32-bit field (and read(2)'s limit).
+constexpr std::size_t max_transfer = 0x7ffff000;
+
+result<std::size_t> run(int fd, int (*sys)(op_spec&), void (*prep)(io_uring_sqe*, op_spec&), void* buf,
+                        std::size_t n, off_t off, const limits& l) {
+    op_spec o;
+    o.fd = fd;
+    o.can_wait = false;
+    o.sys = sys;
+    o.prep = prep;
+    o.buf = buf;
+    o.len = std::min(n, max_transfer);
+    o.off = off;
+    return count_or_error(detail::perform(o, l));
+}
+
+result<std::size_t> run_v(int fd, int (*sys)(op_spec&), void (*prep)(io_uring_sqe*, op_spec&),
+                          std::span<const iovec> bufs, off_t off, const limits& l) {
+    op_spec o;
+    o.fd = fd;
+    o.can_wait = false;
+    o.sys = sys;
+    o.prep = prep;
+    o.iov = bufs.data();
+    o.iovcnt = static_cast<int>(std::min<std::size_t>(bufs.size(), IOV_MAX));
+    o.off = off;
+    return count_or_error(detail::perform(o, l));
+}
+
+}  // namespace
+
+file& file::operator=(file&& o) noexcept {
+    if (this != &o) {
+        close();
+        fd_ = o.release();
+    }
+    return *this;
+}
+
+file::~file() { close(); }
+
+result<file> file::open(const char* path, int flags, mode_t mode, limits l) {
+    if (detail::effective_stop(l).stop_requested()) return std::errc::operation_canceled;
+    int fd = ::open(path, flags | O_CLOEXEC, mode);
+    if (fd < 0) return std::error_code(errno, std::system_category());
+    return file(fd);
+}
+
+result<std::size_t> file::pread(void* buf, std::size_t n, off_t offset, limits l) {
+    return run(fd_, &sys_pread, &prep_pread, buf, n, offset, l);
+}
+result<std::size_t> file::pwrite(const void* buf, std::size_t n, off_t offset, limits l) {
+    return run(fd_, &sys_pwrite, &prep_pwrite, const_cast<void*>(buf), n, offset, l);
+}
+result<std::size_t> file::preadv(std::span<const iovec> bufs, off_t offset, limits l) {
+    return run_v(fd_, &sys_preadv, &prep_preadv, bufs, offset, l);
+}
+result<std::size_t> file::pwritev(std::span<const iovec> bufs, off_t offset, limits l) {
+    return run_v(fd_, &sys_pwritev, &prep_pwritev, bufs, offset, l);
+}
+
+std::error_code file::fsync(limits l) {
+    op_spec o;
+    o.fd = fd_;
+    o.can_wait = false;
+    o.sys = &sys_fsync;
+    o.prep = &prep_fsync;
+    int r = detail::perform(o, l);
+    return r < 0 ? err(r) : std::error_code{};
+}
+
+std::error_code file::fdatasync(limits l) {
+    op_spec o;
+    o.fd = fd_;
+    o.can_wait = false;
+    o.sys = &sys_fsync;
+    o.prep = &prep_fsync;
+    o.flags = 1;
+    int r = detail::perform(o, l);
+    return r < 0 ? err(r) : std::error_code{};
+}
+
+std::error_code file::close() noexcept {
+    int fd = release();
+    if (fd < 0) return {};
+    if (::close(fd) < 0 && errno != EINTR) return {errno, std::system_category()};
+    return {};
+}
+
+}  // namespace spindle::io

@@ -1,0 +1,78 @@
+// Internal to src/io: how one I/O call runs.
+//
+// Every call is an op_spec: its system call in non-blocking form (sys) and
+// its io_uring form (prep). perform() runs it:
+//
+//   plain thread   sys(); on EAGAIN poll(2) the descriptor (deadline, stop
+//                  token through an eventfd), then sys() again
+//   io_uring       prep() into the worker's ring; the fiber parks until the
+//                  completion (uring.cpp)
+//   epoll          sys(); on EAGAIN wait for the descriptor's readiness
+//                  edge (epoll.cpp), then sys() again. Operations that
+//                  cannot wait (files) run their system call directly.
+//
+// Results are int: >= 0 a count, < 0 a negated errno; -ETIMEDOUT for a
+// passed deadline and -ECANCELED for a stop request.
+#pragma once
+
+#include <liburing.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <stop_token>
+
+#include <spindle/io/result.hpp>
+#include <spindle/runtime/detail/worker.hpp>
+
+namespace spindle::io::detail {
+
+using spindle::detail::waiter;
+using spindle::detail::worker;
+using steady = std::chrono::steady_clock;
+using time_point = steady::time_point;
+
+struct op_spec {
+    int fd = -1;
+    bool write = false;      // waits for writability (else readability)
+    bool can_wait = true;    // readiness applies (sockets, pipes); false: files
+    bool owned = true;       // a spindle socket (its close resets its epoll state)
+    int (*sys)(op_spec&) = nullptr;                 // non-blocking attempt
+    void (*prep)(io_uring_sqe*, op_spec&) = nullptr;  // the io_uring form
+    // Arguments, as the operation needs them.
+    void* buf = nullptr;
+    std::size_t len = 0;
+    off_t off = 0;
+    int flags = 0;
+    const iovec* iov = nullptr;
+    int iovcnt = 0;
+    sockaddr* addr = nullptr;
+    socklen_t* addrlen = nullptr;
+    msghdr msg{};
+    short poll_events = 0;
+};
+
+// The backend, chosen once (backend.cpp).
+io::backend chosen() noexcept;
+
+// The calling fiber's worker; null on a plain thread.
+worker* fiber_worker() noexcept;
+
+int perform(op_spec& op, const limits& l) noexcept;
+
+// The stop token a call observes: its own, or the calling fiber's.
+std::stop_token effective_stop(const limits& l) noexcept;
+
+// Per backend.
+int uring_perform(worker* w, op_spec& op, time_point deadline, const std::stop_token& stop) noexcept;
+int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token& stop) noexcept;
+// A spindle socket closes: forget its epoll state (epoll.cpp).
+void epoll_forget(int fd) noexcept;
+// A plain thread waits for `events` on fd (backend.cpp).
+int thread_await(int fd, short events, time_point deadline, const std::stop_token& stop) noexcept;
+
+inline int neg_errno(long r) noexcept { return r < 0 ? -errno : static_cast<int>(r); }
+
+}  // namespace spindle::io::detail
