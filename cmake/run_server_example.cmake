@@ -1,0 +1,53 @@
+# Runs a server example against a client as a test: the server starts on a
+# free port (port 0) and prints "listening on 127.0.0.1:PORT"; the client
+# command (with @PORT@ replaced) must exit with 0 and print what matches
+# EXPECT. The server is then stopped. Both run with the environment given.
+#
+#   cmake -DSERVER=<program;args> -DCLIENT=<program;args with @PORT@>
+#         -DEXPECT=<regex> [-DREJECT=<regex>] -P run_server_example.cmake
+cmake_minimum_required(VERSION 3.25)
+foreach(v SERVER CLIENT EXPECT)
+  if(NOT DEFINED ${v})
+    message(FATAL_ERROR "run_server_example: -D${v}=... is required")
+  endif()
+endforeach()
+string(RANDOM LENGTH 8 tag)
+set(out_file "${CMAKE_CURRENT_BINARY_DIR}/server-${tag}.out")
+# The server in the background, through sh: execute_process cannot detach.
+list(JOIN SERVER " " server_cmd)
+execute_process(COMMAND sh -c "${server_cmd} > '${out_file}' 2>&1 & echo $!"
+                OUTPUT_VARIABLE pid OUTPUT_STRIP_TRAILING_WHITESPACE)
+set(port "")
+foreach(i RANGE 100)
+  if(EXISTS "${out_file}")
+    file(READ "${out_file}" server_out)
+    if(server_out MATCHES "listening on [^ ]*:([0-9]+)")
+      set(port "${CMAKE_MATCH_1}")
+      break()
+    endif()
+  endif()
+  execute_process(COMMAND sleep 0.1)
+endforeach()
+if(port STREQUAL "")
+  execute_process(COMMAND kill ${pid})
+  message(FATAL_ERROR "run_server_example: the server did not say where it listens:\n${server_out}")
+endif()
+string(REPLACE "@PORT@" "${port}" client "${CLIENT}")
+execute_process(COMMAND ${client} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+execute_process(COMMAND kill ${pid})
+execute_process(COMMAND sleep 0.2)
+file(READ "${out_file}" server_out)
+file(REMOVE "${out_file}")
+message("${out}${err}\nserver:\n${server_out}")
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "run_server_example: the client exited with ${rc}")
+endif()
+if(NOT "${out}${err}" MATCHES "${EXPECT}")
+  message(FATAL_ERROR "run_server_example: the client's output does not match '${EXPECT}'")
+endif()
+if(DEFINED REJECT AND "${out}${err}" MATCHES "${REJECT}")
+  message(FATAL_ERROR "run_server_example: the client's output matches '${REJECT}'")
+endif()
+if(server_out MATCHES "AddressSanitizer|ThreadSanitizer|runtime error")
+  message(FATAL_ERROR "run_server_example: the server reported an error")
+endif()
