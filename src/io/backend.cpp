@@ -126,16 +126,17 @@ int perform(op_spec& op, const limits& l) noexcept {
     std::stop_token stop = effective_stop(l);
     if (stop.stop_requested()) return -ECANCELED;
     const time_point deadline = l.deadline;
-    worker* w = fiber_worker();
-    if (w != nullptr && chosen() == io::backend::io_uring)
-        return uring_perform(w, op, deadline, stop);
+    // (Fibers migrate: the worker is read afresh after every wait, never
+    // kept across one.)
+    const bool fiber = fiber_worker() != nullptr;
+    if (fiber && chosen() == io::backend::io_uring) return uring_perform(fiber_worker(), op, deadline, stop);
     for (;;) {
         int r = op.sys(op);
         if (r == -EINTR) continue;
         if (r != -EAGAIN || !op.can_wait) return r;
         if (deadline != time_point::max() && steady::now() >= deadline) return -ETIMEDOUT;
-        r = w != nullptr ? epoll_await(w, op, deadline, stop)
-                         : thread_await(op.fd, op.write ? POLLOUT : POLLIN, deadline, stop);
+        r = fiber ? epoll_await(fiber_worker(), op, deadline, stop)
+                  : thread_await(op.fd, op.write ? POLLOUT : POLLIN, deadline, stop);
         if (r < 0) return r;
     }
 }
