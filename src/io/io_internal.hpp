@@ -52,6 +52,7 @@ struct op_spec {
     socklen_t* addrlen = nullptr;
     msghdr msg{};
     short poll_events = 0;
+    __kernel_timespec ts{};  // a timeout operation's time (read at submission)
 };
 
 // The backend, chosen once (backend.cpp).

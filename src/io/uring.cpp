@@ -29,8 +29,10 @@
 #include <cstring>
 #include <optional>
 #include <stop_token>
+#include <vector>
 
 #include <spindle/arch/fatal.hpp>
+#include <spindle/runtime/fiber.hpp>
 
 #include "io_internal.hpp"
 
@@ -69,7 +71,75 @@ struct uring_engine : spindle::detail::io_engine {
     // after marking its operation); the owner exchanges it to 0 (acquire)
     // and then sees every marked operation.
     std::atomic<std::uint32_t> cancel_requests{0};
+    // Sleeping fibers (this_fiber::sleep_until), a binary min-heap by
+    // deadline (owner only). The worker fires every expired one at once
+    // when it looks at the engine, and block() sleeps no longer than the
+    // earliest: one wake-up for a burst of equal deadlines, where one
+    // kernel timeout per sleep cost 12x more CPU (see op_sleep).
+    std::vector<struct sleeper*> timers;
 };
+
+struct sleeper {
+    waiter wt;
+    time_point t;
+    std::size_t idx = 0;  // its place in the heap (owner only)
+    // Set by a stop callback on any thread (release, before it counts a
+    // cancel request); read by the owner (acquire) in process_cancels.
+    std::atomic<bool> stop{false};
+};
+
+// ---- the sleepers' heap (owner only) ----------------------------------------
+
+void heap_set(uring_engine* e, std::size_t i, sleeper* s) noexcept {
+    e->timers[i] = s;
+    s->idx = i;
+}
+
+void heap_up(uring_engine* e, std::size_t i) noexcept {
+    sleeper* s = e->timers[i];
+    while (i > 0) {
+        std::size_t parent = (i - 1) / 2;
+        if (e->timers[parent]->t <= s->t) break;
+        heap_set(e, i, e->timers[parent]);
+        i = parent;
+    }
+    heap_set(e, i, s);
+}
+
+void heap_down(uring_engine* e, std::size_t i) noexcept {
+    std::size_t n = e->timers.size();
+    sleeper* s = e->timers[i];
+    for (;;) {
+        std::size_t c = 2 * i + 1;
+        if (c >= n) break;
+        if (c + 1 < n && e->timers[c + 1]->t < e->timers[c]->t) ++c;
+        if (s->t <= e->timers[c]->t) break;
+        heap_set(e, i, e->timers[c]);
+        i = c;
+    }
+    heap_set(e, i, s);
+}
+
+void heap_remove(uring_engine* e, sleeper* s) noexcept {
+    std::size_t i = s->idx;
+    sleeper* last = e->timers.back();
+    e->timers.pop_back();
+    if (last == s) return;
+    heap_set(e, i, last);
+    heap_up(e, i);
+    heap_down(e, last->idx);
+}
+
+// Wake every sleeper whose time has come.
+void fire_timers(uring_engine* e) noexcept {
+    if (e->timers.empty()) return;
+    time_point now = steady::now();
+    while (!e->timers.empty() && e->timers.front()->t <= now) {
+        sleeper* s = e->timers.front();
+        heap_remove(e, s);
+        spindle::detail::unpark(&s->wt);  // s may be gone from here on
+    }
+}
 
 // Makes room for n SQEs (submitting what is queued if need be).
 void reserve(uring_engine* e, unsigned n) noexcept;
@@ -138,6 +208,15 @@ void process_cancels(uring_engine* e) noexcept {
         io_uring_sqe_set_data64(s, tag_ignore);
         o->cancel_sent = true;
     }
+    for (std::size_t i = 0; i < e->timers.size();) {
+        sleeper* s = e->timers[i];
+        if (!s->stop.load(std::memory_order_acquire)) {
+            ++i;
+            continue;
+        }
+        heap_remove(e, s);  // (what moved into slot i is looked at next)
+        spindle::detail::unpark(&s->wt);
+    }
 }
 
 uring_engine* as_uring(spindle::detail::io_engine* e) noexcept { return static_cast<uring_engine*>(e); }
@@ -151,8 +230,18 @@ void op_block(spindle::detail::io_engine* base) noexcept {
     uring_engine* e = as_uring(base);
     process_cancels(e);
     if (!e->wake_armed) arm_wake(e);
-    int r = io_uring_submit_and_wait(&e->ring, 1);
-    (void)r;  // -EINTR, -EBUSY: the loop looks again
+    int r;
+    if (e->timers.empty()) {
+        r = io_uring_submit_and_wait(&e->ring, 1);
+    } else {
+        auto left = e->timers.front()->t - steady::now();
+        if (left <= steady::duration::zero()) return;  // the loop fires it
+        auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+        __kernel_timespec ts{ns / 1000000000, ns % 1000000000};
+        io_uring_cqe* cqe = nullptr;
+        r = io_uring_submit_and_wait_timeout(&e->ring, &cqe, 1, &ts, nullptr);
+    }
+    (void)r;  // -EINTR, -EBUSY, -ETIME: the loop looks again
 }
 
 void op_poll(spindle::detail::io_engine* base, bool may_enter) noexcept {
@@ -162,11 +251,12 @@ void op_poll(spindle::detail::io_engine* base, bool may_enter) noexcept {
                       (IO_URING_READ_ONCE(*e->ring.sq.kflags) & IORING_SQ_TASKRUN) != 0))
         io_uring_submit_and_get_events(&e->ring);
     if (io_uring_cq_ready(&e->ring) != 0) reap(e);
+    fire_timers(e);
 }
 
 bool op_busy(spindle::detail::io_engine* base) noexcept {
     uring_engine* e = as_uring(base);
-    return e->in_flight != 0;  // queued or submitted fiber operations
+    return e->in_flight != 0 || !e->timers.empty();  // operations, or sleepers to fire
 }
 
 void op_destroy(spindle::detail::io_engine* base) noexcept {
@@ -176,7 +266,9 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
     delete e;
 }
 
-const spindle::detail::io_engine_ops uring_ops = {&op_wake, &op_block, &op_poll, &op_busy, &op_destroy};
+bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept;
+
+const spindle::detail::io_engine_ops uring_ops = {&op_wake, &op_block, &op_poll, &op_busy, &op_destroy, &op_sleep};
 
 uring_engine* engine_of(worker* w) noexcept {
     // relaxed: only this thread (the owner) stores it.
@@ -266,6 +358,37 @@ int submit_and_park(op_spec& op, void (*prep)(io_uring_sqe*, op_spec&), time_poi
         if (timed) return -ETIMEDOUT;
     }
     return o.res;
+}
+
+// this_fiber::sleep_until on the worker's own heap (see uring_engine::
+// timers), woken early by the fiber's stop token. Process CPU per sleep of
+// 50 us, 1 worker, the three in one program (bench/io, sleep workload):
+//                           timer thread   one IORING_OP_TIMEOUT   heap
+//   1000 fibers at once     0.35-0.52 us   3.9-4.2 us              0.22-0.25 us
+//   10 fibers               5.8-6.0 us     2.3 us                  2.0-2.1 us
+// A kernel timeout per sleep costs a timer and a completion each; the
+// timer thread one wake-up per burst but a cross-thread unpark per fiber;
+// the heap one wake-up per burst and local unparks.
+bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
+    std::stop_token stop = this_fiber::get_stop_token();
+    if (stop.stop_requested()) return false;
+    worker* w = fiber_worker();
+    uring_engine* e = engine_of(w);
+    sleeper s;
+    s.wt.fiber = w->current;
+    s.t = t;
+    e->timers.push_back(&s);
+    heap_up(e, e->timers.size() - 1);
+    auto request = [&s, e]() noexcept {
+        s.stop.store(true, std::memory_order_release);  // before the count: see cancel_requests
+        e->cancel_requests.fetch_add(1, std::memory_order_release);
+        op_wake(e);
+    };
+    {
+        std::stop_callback<decltype(request)> cb(stop, request);
+        spindle::detail::park_now(&s.wt);
+    }  // (waits for a callback running on another thread)
+    return !stop.stop_requested();
 }
 
 }  // namespace

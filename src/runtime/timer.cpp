@@ -121,6 +121,12 @@ bool sleep_until_steady(std::chrono::steady_clock::time_point t) noexcept {
         yield();
         return !self->stop.stop_requested();
     }
+    // A worker with an I/O engine that keeps timers (io_uring) sleeps the
+    // fiber there: no trip through the timer thread and back (relaxed: the
+    // worker's own store).
+    detail::worker* w = detail::current_worker();
+    if (detail::io_engine* e = w->io.load(std::memory_order_relaxed); e != nullptr && e->ops->sleep != nullptr)
+        return e->ops->sleep(e, t);
     sleep_state st;
     st.w.fiber = self;
     detail::timer_entry te;

@@ -48,6 +48,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <exception>
@@ -81,6 +82,9 @@ struct scheduler_state;
 //   busy     owner: operations queued or in flight, so the loop sleeps in
 //            block() at once instead of spinning
 //   destroy  after the worker thread ended
+//   sleep    the running fiber sleeps until a time, on the engine's own
+//            timers (this_fiber::sleep_until); false if stopped first.
+//            Null where the engine has none (epoll: the timer thread)
 struct io_engine;
 struct io_engine_ops {
     void (*wake)(io_engine*) noexcept;
@@ -88,6 +92,7 @@ struct io_engine_ops {
     void (*poll)(io_engine*, bool may_enter) noexcept;
     bool (*busy)(io_engine*) noexcept;
     void (*destroy)(io_engine*) noexcept;
+    bool (*sleep)(io_engine*, std::chrono::steady_clock::time_point) noexcept;
 };
 struct io_engine {
     const io_engine_ops* ops;
