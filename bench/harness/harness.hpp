@@ -527,12 +527,13 @@ public:
     // one of the last comparison's variants was not measured (this one's
     // own first), it is written as a status record that names it;
     // otherwise it is left out, with a line on stderr. While replaying,
-    // nothing is written: the earlier image did.
+    // nothing is written: the earlier image did. `baseline`: as a variant's
+    // (the variant of the same group its ratio is computed against).
     void report(const std::string& workload, const params& ps, const metric& m, const summary& s,
-                bool reference = false, const std::string& note = "") {
+                bool reference = false, const std::string& note = "", const std::string& baseline = {}) {
         if (ff_) return;
         if (!s.measured()) {
-            write_status_record(workload, ps, m, s, note);
+            write_status_record(workload, ps, m, s, note, baseline);
             return;
         }
         if (s.samples.empty() || !finite(s)) {
@@ -551,7 +552,7 @@ public:
                 mark(t, from->status.c_str(),
                      "not computed: it derives from " + from->variant + ", which " +
                          (from->status == "hung" ? "hung" : "was " + from->status) + " (" + from->reason + ")");
-                write_status_record(workload, ps, m, t, note);
+                write_status_record(workload, ps, m, t, note, baseline);
                 std::fprintf(stderr, "  %s/%s %s: %s %s %s (from %s)\n", suite_.c_str(), workload.c_str(),
                              params_text(ps).c_str(), s.variant.c_str(), m.name.c_str(), t.status.c_str(),
                              from->variant.c_str());
@@ -561,7 +562,7 @@ public:
                          workload.c_str(), params_text(ps).c_str(), s.variant.c_str(), m.name.c_str());
             return;
         }
-        write_record(workload, ps, m, s, reference, note);
+        write_record(workload, ps, m, s, reference, note, baseline);
         std::fprintf(stderr, "  %s/%s %s: %s %.4g %s\n", suite_.c_str(), workload.c_str(),
                      params_text(ps).c_str(), s.variant.c_str(), s.median, m.name.c_str());
     }
