@@ -1,0 +1,3 @@
+module spindle/bench/io/go
+
+go 1.21
