@@ -1,0 +1,843 @@
+// bench/io — the I/O benchmarks (docs/benchmarks.md, "I/O (echo servers)"):
+// spindle's fiber I/O against the minimal C servers every runtime is
+// measured against and the usual competitors, as TCP echo servers on
+// loopback.
+//
+// Each variant is a server program, `SERVER PORT WORKERS`, that writes back
+// whatever arrives (stream echo, not framed):
+//   c_uring                one io_uring loop per worker (c_uring_server.c);
+//                          the reference: every ratio is against it
+//   c_epoll                one epoll loop per worker (c_epoll_server.c); the
+//                          baseline of spindle_epoll
+//   spindle_uring          spindle_io_server under SPINDLE_IO=uring
+//   spindle_epoll          ... under SPINDLE_IO=epoll
+//   thread_per_connection  blocking sockets, an OS thread per connection
+//   asio                   Boost.Asio, C++20 coroutines, an io_context per
+//                          worker thread
+//   go                     Go's net package, GOMAXPROCS=WORKERS
+//   tokio_current_thread   tokio's current-thread runtime (one thread)
+//   tokio_multi_thread     tokio's multi-thread runtime, WORKERS threads
+// A variant whose program was not built (no go, no cargo or no crates, no
+// spindle_io_server yet), or that does not start, gets "skipped" records
+// that say why; the rest run.
+//
+// The load: loadgen.c, its own io_uring loop (nothing of spindle's),
+// batching many connections per system call so that it is cheaper than any
+// server. C connections play ping-pong: send S bytes, wait for the S bytes
+// back, again, for a window of D seconds after a warm-up.
+//
+// One measurement: a fresh server process (pinned to CPU 1, in the child
+// before the exec), the generator (pinned to CPU 0), the window, then both
+// killed and reaped. A server per measurement rather than one per
+// comparison kept across its rounds: the variants are interleaved round by
+// round, so a kept server would sit idle beside the one measured -- Go's and
+// tokio's idle threads still wake -- and carry the previous round's
+// connections, heap and caches into the next; a process start costs tens of
+// milliseconds against a window of 0.5 s or more, and each measurement then
+// stands alone, which is also what lets the harness's watchdog kill one
+// (watch_child) without touching the others. Ports: a free one per server
+// (bound to port 0 and released; the servers set SO_REUSEADDR).
+//
+// Per measurement (records: suite "io"):
+//   rtt_per_s             round trips per second (the comparison's metric)
+//   server_cpu_us_per_rtt the server's CPU time over the window (its
+//                         process CPU clock, clock_getcpuclockid: every
+//                         thread, nanoseconds) / the window's round trips
+//   latency_p50_us, latency_p99_us, latency_p999_us
+//                         round-trip percentiles (the generator's log-linear
+//                         histogram, under 1% apart)
+//   generator_cpu_share   the generator's CPU time / the window: near 1, it
+//                         was the limit (saturated); said on stderr
+// plus, in each latency_p50_us group, "best_competitor": per round the
+// lowest p50 of thread_per_connection, asio, go and the tokios (the
+// targets' "within 10% of the best competitor").
+//
+// Loopback TCP charges much of the receive path to the sender (the softirq
+// runs in its system call): a server's CPU per round trip is its share, the
+// generator carries the rest, and on a 2-CPU machine the generator is often
+// saturated at 64 connections and more -- read rtt_per_s there as the pair's
+// throughput, and server_cpu_us_per_rtt as the server's own cost.
+//
+// Workloads:
+//   pingpong_64b       64-byte messages, C in {1, 64, 1000}, WORKERS = 1,
+//                      server and generator pinned one CPU each (quick: all
+//                      three; --conns LIST)
+//   pingpong_4k        the same with 4 KiB messages (--full)
+//   pingpong_2workers  64 B, 64 connections, WORKERS = 2, nothing pinned
+//                      (--full; tokio_current_thread has one thread by
+//                      design and is left out)
+//   idle               10 000 connections (--idle-conns N), each pinged once,
+//                      then idle: the server's RSS per connection (VmRSS
+//                      after - before, KiB; rss_kib_per_conn) and its CPU
+//                      while idle (% of a core over 3 s; idle_cpu_pct).
+//                      RLIMIT_NOFILE is raised to its hard limit (the
+//                      children inherit it); a hard limit too low for the
+//                      connections skips the workload, saying so. One
+//                      measurement per variant per round, not in
+//                      harness::compare (its warm-up would double a
+//                      workload of seconds per server); every wait has a
+//                      deadline.
+//   syscalls           system calls per round trip, each server
+//                      under `strace -c -f -p PID` for a separate 1 s run of
+//                      64 connections x 64 B: the calls strace counted,
+//                      warm-up included, over the generator's round trips,
+//                      warm-up included (metric syscalls_per_rtt; strace
+//                      slows every call, so only the count means
+//                      anything); one run per server, about 1.5 s each
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../harness/harness.hpp"
+#include "../harness/options.hpp"
+
+namespace {
+
+using spindle::bench::harness;
+using spindle::bench::metric;
+using spindle::bench::now_ns;
+using spindle::bench::param;
+using spindle::bench::params;
+using spindle::bench::summary;
+using spindle::bench::variant;
+
+[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::fprintf(stderr, "spindle_bench_io: ");
+    std::vfprintf(stderr, fmt, ap);
+    std::fputc('\n', stderr);
+    va_end(ap);
+    std::fflush(nullptr);
+    std::_Exit(1);
+}
+
+constexpr int server_cpu = 1;     // pinned: the server here, the generator on 0
+constexpr int generator_cpu = 0;
+constexpr double start_limit_s = 10;  // a server that does not accept by then failed to start
+
+struct run_options {
+    spindle::bench::variant_filter variants;
+    std::vector<unsigned> conns;  // pingpong_*: empty, the defaults
+    double seconds = 0, warmup = 0;
+    unsigned idle_conns = 10'000;
+    double idle_s = 3;
+    std::string dir;  // where the servers and the generator are
+};
+
+std::string exe_dir() {
+    std::error_code ec;
+    auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+    return ec ? std::string(".") : p.parent_path().string();
+}
+
+// ---------------------------------------------------------------------------
+// The servers
+
+struct server_kind {
+    std::string name;
+    std::string program;                 // file name in the build's bench directory
+    std::vector<std::string> extra_args;  // after PORT WORKERS
+    std::string env;                     // NAME=VALUE, or empty
+    bool go = false;                     // GOMAXPROCS=WORKERS
+    bool one_thread = false;             // cannot run WORKERS > 1
+    bool competitor = false;             // one of best_competitor's
+    std::string baseline;
+    std::string note;
+    std::string missing;  // why it cannot run (empty: it can)
+};
+
+std::vector<server_kind> all_kinds() {
+    return {
+        {"c_uring", "io_c_uring_server", {}, "", false, false, false, "",
+         "c_uring_server.c: one io_uring loop per worker, multishot accept, a recv or send in flight per "
+         "connection; the reference",
+         ""},
+        {"c_epoll", "io_c_epoll_server", {}, "", false, false, false, "",
+         "c_epoll_server.c: one level-triggered epoll loop per worker, the echo written in the same wake-up", ""},
+        {"spindle_uring", "spindle_io_server", {}, "SPINDLE_IO=uring", false, false, false, "",
+         "spindle_io_server (bench/io/spindle_server.cpp) under SPINDLE_IO=uring: a fiber per connection", ""},
+        {"spindle_epoll", "spindle_io_server", {}, "SPINDLE_IO=epoll", false, false, false, "c_epoll",
+         "spindle_io_server under SPINDLE_IO=epoll; its baseline is c_epoll", ""},
+        {"thread_per_connection", "io_thread_per_connection_server", {}, "", false, false, true, "",
+         "blocking sockets, one OS thread per connection (64 KiB stacks)", ""},
+        {"asio", "io_asio_server", {}, "", false, false, true, "",
+         "Boost.Asio, C++20 coroutines (co_spawn, use_awaitable), one io_context per worker thread", ""},
+        {"go", "io_go_server", {}, "", true, false, true, "",
+         "Go net, a goroutine per connection, GOMAXPROCS=WORKERS", ""},
+        {"tokio_current_thread", "io_tokio_server", {}, "", false, true, true, "",
+         "tokio current-thread runtime, a task per connection", ""},
+        {"tokio_multi_thread", "io_tokio_server", {"--multi"}, "", false, false, true, "",
+         "tokio multi-thread runtime with WORKERS worker threads, a task per connection", ""},
+    };
+}
+
+// Why `program` cannot run: absent, with the reason the build left beside
+// it (PROGRAM.missing), if any.
+std::string program_missing(const std::string& dir, const std::string& program) {
+    const std::string path = dir + "/" + program;
+    if (access(path.c_str(), X_OK) == 0) return {};
+    std::string why = "not built: no " + path;
+    std::ifstream f(path + ".missing");
+    std::string line;
+    if (f && std::getline(f, line) && !line.empty()) why += " (" + line + ")";
+    else if (program == "spindle_io_server") why += " (bench/io/spindle_server.cpp is not in this tree yet)";
+    return why;
+}
+
+int free_port() {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) fail("socket: %s", std::strerror(errno));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+        fail("cannot find a free port: %s", std::strerror(errno));
+    close(fd);
+    return ntohs(a.sin_port);
+}
+
+bool accepts(int port) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+    close(fd);
+    return ok;
+}
+
+// A child process: its pid, the write end of its stdin (-1: none) and the
+// read end of its stdout and stderr together; what it wrote is kept.
+struct child {
+    pid_t pid = -1;
+    int in = -1, out = -1;
+    std::string text;
+    bool reaped = false;
+    int status = 0;
+};
+
+// Starts `argv` (argv[0] a path) with `env` added to ours, pinned to `cpu`
+// (-1: not pinned); watched by the harness (watch_child). Everything is
+// built before the fork: between it and the exec only system calls.
+child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int cpu, bool with_stdin) {
+    std::vector<std::string> env_store;
+    for (char** e = environ; *e != nullptr; ++e) {
+        bool replaced = false;
+        for (const std::string& x : env)
+            if (std::strncmp(*e, x.c_str(), x.find('=') + 1) == 0) replaced = true;
+        if (!replaced) env_store.emplace_back(*e);
+    }
+    env_store.insert(env_store.end(), env.begin(), env.end());
+    std::vector<char*> envp, argvp;
+    for (auto& e : env_store) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::vector<std::string> argv_store = argv;
+    for (auto& a : argv_store) argvp.push_back(a.data());
+    argvp.push_back(nullptr);
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (cpu >= 0) CPU_SET(cpu, &set);
+
+    int out_fds[2], in_fds[2] = {-1, -1};
+    if (pipe2(out_fds, O_CLOEXEC) != 0 || (with_stdin && pipe2(in_fds, O_CLOEXEC) != 0))
+        fail("pipe: %s", std::strerror(errno));
+    const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    std::fflush(nullptr);
+    const pid_t pid = fork();
+    if (pid < 0) fail("fork: %s", std::strerror(errno));
+    if (pid == 0) {
+        if (cpu >= 0 && sched_setaffinity(0, sizeof set, &set) != 0) _exit(126);
+        dup2(with_stdin ? in_fds[0] : devnull, STDIN_FILENO);
+        dup2(out_fds[1], STDOUT_FILENO);
+        dup2(out_fds[1], STDERR_FILENO);
+        execve(argvp[0], argvp.data(), envp.data());
+        _exit(127);
+    }
+    spindle::bench::watch_child(pid);  // killed by the harness's watchdog if the measurement hangs
+    close(devnull);
+    close(out_fds[1]);
+    child c;
+    c.pid = pid;
+    c.out = out_fds[0];
+    if (with_stdin) {
+        close(in_fds[0]);
+        c.in = in_fds[1];
+    }
+    return c;
+}
+
+// Reads what `c` writes until a line starting with `prefix` (returned,
+// without its newline), its end of output (""), or `deadline` ("").
+std::string read_line(child& c, const std::string& prefix, double deadline) {
+    std::size_t scanned = 0;
+    for (;;) {
+        for (std::size_t nl; (nl = c.text.find('\n', scanned)) != std::string::npos; scanned = nl + 1) {
+            const std::string line = c.text.substr(scanned, nl - scanned);
+            if (line.compare(0, prefix.size(), prefix) == 0) {
+                c.text.erase(0, nl + 1);
+                return line;
+            }
+        }
+        const double left_ms = (deadline - now_ns()) / 1e6;
+        if (left_ms <= 0 || c.out < 0) return {};
+        pollfd p{c.out, POLLIN, 0};
+        const int k = poll(&p, 1, static_cast<int>(std::min(left_ms, 1000.0)) + 1);
+        if (k < 0 && errno != EINTR) fail("poll: %s", std::strerror(errno));
+        if (k <= 0) continue;
+        char buf[4096];
+        const ssize_t n = read(c.out, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+            close(c.out);
+            c.out = -1;
+            continue;
+        }
+        c.text.append(buf, static_cast<std::size_t>(n));
+    }
+}
+
+// Whether `c` has ended (reaped then, its status kept).
+bool ended(child& c) {
+    if (c.reaped) return true;
+    siginfo_t info{};
+    if (waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0)
+        return false;
+    if (!spindle::bench::reap_child(c.pid, c.status)) fail("waitpid: %s", std::strerror(errno));
+    c.reaped = true;
+    // Killed with SIGKILL and not by us: perhaps the watchdog, on its way
+    // to a restart (it then never returns).
+    if (WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL) spindle::bench::after_child_killed();
+    return true;
+}
+
+// Ends `c` and reaps it: its stdin closed, it gets `grace_s` to end on its
+// own (the generator then closes its connections), then SIGKILL.
+void finish(child& c, double grace_s = 0) {
+    if (c.in >= 0) close(c.in);
+    c.in = -1;
+    const double deadline = now_ns() + grace_s * 1e9;
+    while (!ended(c) && now_ns() < deadline) usleep(1000);
+    if (!ended(c)) {
+        kill(c.pid, SIGKILL);
+        if (!spindle::bench::reap_child(c.pid, c.status)) fail("waitpid: %s", std::strerror(errno));
+        c.reaped = true;
+    }
+    if (c.out >= 0) close(c.out);
+    c.out = -1;
+}
+
+std::string how_it_ended(const child& c) {
+    char buf[64];
+    if (WIFSIGNALED(c.status)) std::snprintf(buf, sizeof buf, "killed by signal %d", WTERMSIG(c.status));
+    else if (WEXITSTATUS(c.status) == 127) std::snprintf(buf, sizeof buf, "could not be run (exec failed)");
+    else if (WEXITSTATUS(c.status) == 126) std::snprintf(buf, sizeof buf, "could not be pinned");
+    else std::snprintf(buf, sizeof buf, "exited with status %d", WEXITSTATUS(c.status));
+    return buf;
+}
+
+std::string last_words(std::string text) {
+    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+    if (text.size() > 300) text = "..." + text.substr(text.size() - 300);
+    std::replace(text.begin(), text.end(), '\n', ' ');
+    return text.empty() ? "" : ": " + text;
+}
+
+struct server {
+    child proc;
+    int port = 0;
+};
+
+// Starts variant k's server with `workers`; pinned to server_cpu or not.
+// Empty `why`: it accepts connections.
+server start_server(const run_options& o, const server_kind& k, unsigned workers, bool pinned, std::string& why) {
+    server s;
+    s.port = free_port();
+    std::vector<std::string> argv{o.dir + "/" + k.program, std::to_string(s.port), std::to_string(workers)};
+    argv.insert(argv.end(), k.extra_args.begin(), k.extra_args.end());
+    std::vector<std::string> env;
+    if (!k.env.empty()) env.push_back(k.env);
+    if (k.go) env.push_back("GOMAXPROCS=" + std::to_string(workers));
+    s.proc = spawn(argv, env, pinned ? server_cpu : -1, false);
+    const double deadline = now_ns() + start_limit_s * 1e9;
+    for (;;) {
+        if (ended(s.proc)) {
+            (void)read_line(s.proc, "\x01", now_ns() + 2e8);  // what it said before it went
+            why = k.name + "'s server " + how_it_ended(s.proc) + " before accepting" + last_words(s.proc.text);
+            finish(s.proc);
+            return s;
+        }
+        if (accepts(s.port)) return s;
+        if (now_ns() > deadline) {
+            finish(s.proc);
+            why = k.name + "'s server did not accept connections within " + param::number(start_limit_s) + " s";
+            return s;
+        }
+        usleep(5000);
+    }
+}
+
+// CPU time of process `pid` so far (every thread, those ended too), s.
+double process_cpu_s(pid_t pid) {
+    clockid_t clk;
+    timespec ts{};
+    if (clock_getcpuclockid(pid, &clk) == 0 && clock_gettime(clk, &ts) == 0)
+        return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    // /proc/PID/stat: utime and stime (fields 14 and 15), in clock ticks.
+    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const std::size_t paren = s.rfind(')');
+    if (paren == std::string::npos) fail("cannot read the CPU time of process %d", static_cast<int>(pid));
+    std::istringstream in(s.substr(paren + 2));
+    std::string field;
+    double utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && in >> field; ++i) {
+        if (i == 14) utime = std::strtod(field.c_str(), nullptr);
+        if (i == 15) stime = std::strtod(field.c_str(), nullptr);
+    }
+    return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+// VmRSS of process `pid`, KiB (-1: unreadable).
+double rss_kib(pid_t pid) {
+    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+    std::string line;
+    while (std::getline(f, line))
+        if (line.compare(0, 6, "VmRSS:") == 0) return std::strtod(line.c_str() + 6, nullptr);
+    return -1;
+}
+
+// `name=value` from the generator's output line.
+double field(const std::string& line, const std::string& name) {
+    const std::size_t at = line.find(" " + name + "=");
+    if (at == std::string::npos) fail("no %s= in the generator's output '%s'", name.c_str(), line.c_str());
+    return std::strtod(line.c_str() + at + name.size() + 2, nullptr);
+}
+
+std::string loadgen(const run_options& o) { return o.dir + "/io_loadgen"; }
+
+// ---------------------------------------------------------------------------
+// pingpong_*
+
+struct pingpong_point {
+    std::string workload;
+    unsigned conns, size, workers;
+    bool pinned;
+};
+
+// One measurement's figures besides rtt_per_s.
+struct side_sample {
+    double cpu_us_per_rtt, p50, p99, p999, gen_share;
+};
+
+// One measurement of variant k at point pt: round trips per second; the
+// rest goes to `side`. A server that fails, or a generator that does,
+// makes the variant hung, with the reason (measurement_hung).
+double pingpong_measure(const run_options& o, const server_kind& k, const pingpong_point& pt,
+                        std::map<std::string, std::vector<side_sample>>& side) {
+    std::string why;
+    server s = start_server(o, k, pt.workers, pt.pinned, why);
+    if (!why.empty()) spindle::bench::measurement_hung(why);
+    std::vector<std::string> argv{loadgen(o),    "--port",    std::to_string(s.port), "--conns",
+                                  std::to_string(pt.conns), "--size", std::to_string(pt.size),
+                                  "--seconds",   param::number(o.seconds), "--warmup", param::number(o.warmup),
+                                  "--hold"};
+    if (pt.pinned) {
+        argv.push_back("--cpu");
+        argv.push_back(std::to_string(generator_cpu));
+    }
+    child g = spawn(argv, {}, -1, true);
+    const double limit_s = spindle::bench::child_limit_s(30 + o.warmup + o.seconds + pt.conns / 100.0);
+    const double deadline = now_ns() + limit_s * 1e9;
+    std::string start = read_line(g, "start", deadline);
+    const double cpu0 = start.empty() ? 0 : process_cpu_s(s.proc.pid);
+    std::string end = start.empty() ? "" : read_line(g, "end ", deadline);
+    const double cpu1 = end.empty() ? 0 : process_cpu_s(s.proc.pid);
+    const bool server_alive = !ended(s.proc);
+    if (end.empty()) {
+        const bool late = now_ns() >= deadline;
+        finish(g);
+        finish(s.proc);
+        spindle::bench::measurement_hung(
+            k.name + ": the generator " +
+            (late ? "did not finish within " + param::number(limit_s) + " s" : how_it_ended(g)) +
+            last_words(g.text) + (server_alive ? "" : "; the server had " + how_it_ended(s.proc)));
+    }
+    finish(g, 2);
+    finish(s.proc);
+    const double rtts = field(end, "rtts");
+    side[k.name].push_back({(cpu1 - cpu0) * 1e6 / rtts, field(end, "p50_us"), field(end, "p99_us"),
+                            field(end, "p999_us"), field(end, "cpu_share")});
+    return field(end, "rtt_per_s");
+}
+
+void skipped_everywhere(harness& h, const pingpong_point& pt, const params& ps, const server_kind& k,
+                        const std::string& why) {
+    for (const char* m : {"rtt_per_s", "server_cpu_us_per_rtt", "latency_p50_us", "latency_p99_us",
+                          "latency_p999_us", "generator_cpu_share"})
+        h.report_status(pt.workload, ps, {m, std::strcmp(m, "rtt_per_s") == 0}, k.name, "skipped", why, k.note);
+}
+
+void bench_pingpong(harness& h, const run_options& o, const std::vector<server_kind>& kinds,
+                    const pingpong_point& pt) {
+    const params ps{{"conns", pt.conns}, {"size", pt.size}, {"workers", pt.workers}};
+    const std::string common =
+        "ping-pong echo: " + std::to_string(pt.conns) + " connection(s), " + std::to_string(pt.size) +
+        "-byte messages, " + param::number(o.seconds) + " s after " + param::number(o.warmup) + " s of warm-up; " +
+        (pt.pinned ? "server on CPU 1, generator on CPU 0" : "nothing pinned") + "; a fresh server per measurement";
+    std::map<std::string, std::vector<side_sample>> side;
+    std::vector<variant> vs;
+    std::vector<const server_kind*> measured_kinds;
+    for (const server_kind& k : kinds) {
+        if (!k.missing.empty()) {
+            skipped_everywhere(h, pt, ps, k, k.missing);
+            continue;
+        }
+        if (k.one_thread && pt.workers > 1) {
+            skipped_everywhere(h, pt, ps, k, "not run: the current-thread runtime has one thread by design");
+            continue;
+        }
+        vs.push_back(variant(
+            k.name, [&, kp = &k] { return pingpong_measure(o, *kp, pt, side); }, k.name == "c_uring",
+            k.note + "; " + common, k.baseline));
+        measured_kinds.push_back(&k);
+    }
+    if (vs.empty()) return;
+    const int reps = h.reps(3, 7);
+    const std::vector<summary> res = h.compare(pt.workload, ps, {"rtt_per_s", true}, vs, reps);
+    if (h.replaying()) return;
+    // The same runs' other figures (none for a variant that hung or was
+    // skipped), their warm-up dropped.
+    std::map<std::string, std::vector<side_sample>> runs;
+    for (const summary& r : res) {
+        if (!r.measured()) continue;
+        std::vector<side_sample>& v = side[r.variant];
+        if (v.size() != r.samples.size() + 1)
+            fail("%s: %zu side samples for %zu measurements of %s", pt.workload.c_str(), v.size(),
+                 r.samples.size(), r.variant.c_str());
+        v.erase(v.begin());
+        runs[r.variant] = v;
+    }
+    struct side_metric {
+        const char* name;
+        double side_sample::* field;
+        const char* what;
+    };
+    const side_metric metrics[] = {
+        {"server_cpu_us_per_rtt", &side_sample::cpu_us_per_rtt,
+         "the server's CPU time over the window (every thread) / its round trips, us"},
+        {"latency_p50_us", &side_sample::p50, "median round trip, us"},
+        {"latency_p99_us", &side_sample::p99, "99th percentile round trip, us"},
+        {"latency_p999_us", &side_sample::p999, "99.9th percentile round trip, us"},
+        {"generator_cpu_share", &side_sample::gen_share,
+         "the generator's CPU time / the window: 0.9 or more, it was saturated and may have been the limit"},
+    };
+    for (const side_metric& m : metrics) {
+        for (std::size_t i = 0; i < res.size(); ++i) {
+            if (!res[i].measured()) continue;
+            std::vector<double> xs;
+            for (const side_sample& s : runs[res[i].variant]) xs.push_back(s.*m.field);
+            const server_kind& k = *measured_kinds[i];
+            h.report(pt.workload, ps, {m.name, false}, harness::summarize(k.name, xs), k.name == "c_uring",
+                     std::string(m.what) + " (the rtt_per_s runs); " + k.note, k.baseline);
+        }
+    }
+    // best_competitor: per round, the lowest p50 among the competitors.
+    std::vector<double> best;
+    std::map<std::string, int> wins;
+    for (int r = 0; r < reps; ++r) {
+        double b = 0;
+        std::string who;
+        for (const auto& [name, v] : runs) {
+            const auto it = std::find_if(kinds.begin(), kinds.end(), [&](const server_kind& k) { return k.name == name; });
+            if (it == kinds.end() || !it->competitor || static_cast<std::size_t>(r) >= v.size()) continue;
+            if (who.empty() || v[static_cast<std::size_t>(r)].p50 < b) b = v[static_cast<std::size_t>(r)].p50, who = name;
+        }
+        if (who.empty()) break;
+        best.push_back(b);
+        ++wins[who];
+    }
+    if (!best.empty()) {
+        std::string by;
+        for (const auto& [name, n] : wins) by += (by.empty() ? "" : ", ") + name + " " + std::to_string(n);
+        h.report(pt.workload, ps, {"latency_p50_us", false}, harness::summarize("best_competitor", best), false,
+                 "per round, the lowest median round trip of the competitors measured (thread_per_connection, "
+                 "asio, go, tokio_current_thread, tokio_multi_thread); rounds won: " + by);
+    }
+    // The generator as the limit: said, so that the figures are read so.
+    for (const auto& [name, v] : runs) {
+        int saturated = 0;
+        for (const side_sample& s : v) saturated += s.gen_share >= 0.9;
+        if (saturated > 0)
+            std::fprintf(stderr, "    %s: the generator was CPU-saturated in %d of %zu rounds\n", name.c_str(),
+                         saturated, v.size());
+    }
+}
+
+// ---------------------------------------------------------------------------
+// idle
+
+struct idle_sample {
+    double rss_kib_per_conn, cpu_pct;
+};
+
+// One idle measurement of k; empty `why`: `out` holds it.
+std::string idle_measure(const run_options& o, const server_kind& k, idle_sample& out) {
+    std::string why;
+    server s = start_server(o, k, 1, true, why);
+    if (!why.empty()) return why;
+    usleep(100'000);  // the probe connection's end, and the runtime's start, settle
+    const double rss0 = rss_kib(s.proc.pid);
+    child g = spawn({loadgen(o), "--port", std::to_string(s.port), "--conns", std::to_string(o.idle_conns), "--size",
+                     "64", "--seconds", "1", "--warmup", "0", "--idle", "--cpu", std::to_string(generator_cpu)},
+                    {}, -1, true);
+    const double limit_s = 60 + o.idle_conns / 100.0;
+    const std::string ready = read_line(g, "ready", now_ns() + limit_s * 1e9);
+    if (ready.empty()) {
+        finish(g);
+        const bool alive = !ended(s.proc);
+        finish(s.proc);
+        return k.name + ": the generator did not connect " + std::to_string(o.idle_conns) + " connections within " +
+               param::number(limit_s) + " s (" + how_it_ended(g) + last_words(g.text) + ")" +
+               (alive ? "" : "; the server had " + how_it_ended(s.proc));
+    }
+    usleep(200'000);
+    const double rss1 = rss_kib(s.proc.pid);
+    const double cpu0 = process_cpu_s(s.proc.pid), t0 = now_ns();
+    usleep(static_cast<useconds_t>(o.idle_s * 1e6));
+    const double cpu1 = process_cpu_s(s.proc.pid), t1 = now_ns();
+    const bool alive = !ended(s.proc);
+    finish(g, 5);
+    finish(s.proc);
+    if (!alive || rss0 < 0 || rss1 < 0) return k.name + "'s server ended while its connections were idle";
+    out.rss_kib_per_conn = (rss1 - rss0) / o.idle_conns;
+    out.cpu_pct = 100.0 * (cpu1 - cpu0) / ((t1 - t0) * 1e-9);
+    return {};
+}
+
+void bench_idle(harness& h, const run_options& o, const std::vector<server_kind>& kinds) {
+    const params ps{{"conns", o.idle_conns}};
+    const metric rss{"rss_kib_per_conn", false}, cpu{"idle_cpu_pct", false};
+    rlimit rl{};
+    getrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < o.idle_conns + 64) {
+        h.report_status("idle", ps, {"*", false}, "*", "skipped",
+                        "not run: RLIMIT_NOFILE's hard limit is " + std::to_string(rl.rlim_max) + ", under the " +
+                            std::to_string(o.idle_conns + 64) + " descriptors " + std::to_string(o.idle_conns) +
+                            " connections need",
+                        "");
+        return;
+    }
+    const std::string common = std::to_string(o.idle_conns) +
+                               " connections, each pinged once with 64 bytes, then idle; RSS: the server's VmRSS "
+                               "with them open less before; CPU: over " +
+                               param::number(o.idle_s) + " s of idleness; server on CPU 1, generator on CPU 0";
+    std::map<std::string, std::vector<idle_sample>> got;
+    std::map<std::string, std::string> failed;
+    const int rounds = h.full() ? 3 : 1;
+    for (int r = 0; r < rounds; ++r)
+        for (std::size_t i = 0; i < kinds.size(); ++i) {
+            const server_kind& k = kinds[(i + static_cast<std::size_t>(r)) % kinds.size()];
+            if (!k.missing.empty() || failed.count(k.name) || h.over_time_budget()) continue;
+            idle_sample s{};
+            std::string why = idle_measure(o, k, s);
+            if (!why.empty()) failed[k.name] = why;
+            else got[k.name].push_back(s);
+        }
+    for (const server_kind& k : kinds) {
+        std::string why = !k.missing.empty() ? k.missing : failed.count(k.name) ? failed[k.name] : "";
+        if (why.empty() && got[k.name].empty()) why = h.budget_reason();
+        if (!why.empty()) {
+            h.report_status("idle", ps, rss, k.name, "skipped", why, k.note);
+            h.report_status("idle", ps, cpu, k.name, "skipped", why, k.note);
+            continue;
+        }
+        std::vector<double> r, c;
+        for (const idle_sample& s : got[k.name]) r.push_back(s.rss_kib_per_conn), c.push_back(s.cpu_pct);
+        h.report("idle", ps, rss, harness::summarize(k.name, r), k.name == "c_uring",
+                 "KiB of server RSS per connection; " + common + "; " + k.note, k.baseline);
+        h.report("idle", ps, cpu, harness::summarize(k.name, c), k.name == "c_uring",
+                 "server CPU time while idle, % of a core; " + common + "; " + k.note, k.baseline);
+    }
+}
+
+// ---------------------------------------------------------------------------
+// syscalls
+
+std::string find_strace() {
+    for (const char* p : {"/usr/bin/strace", "/bin/strace", "/usr/local/bin/strace"})
+        if (access(p, X_OK) == 0) return p;
+    return {};
+}
+
+// System calls per round trip of k, under strace; empty `why`: `out`.
+std::string syscalls_measure(const run_options& o, const std::string& strace, const server_kind& k,
+                             const std::string& dir, double& out) {
+    std::string why;
+    server s = start_server(o, k, 1, true, why);
+    if (!why.empty()) return why;
+    const std::string file = dir + "/strace-" + k.name + ".txt";
+    child t = spawn({strace, "-c", "-f", "-o", file, "-p", std::to_string(s.proc.pid)}, {}, -1, false);
+    // strace says "STRACE: Process N attached" once it is in.
+    if (read_line(t, strace + ": Process", now_ns() + 10e9).empty()) {
+        finish(t);
+        finish(s.proc);
+        return "strace did not attach to " + k.name + "'s server within 10 s (" + how_it_ended(t) +
+               last_words(t.text) + ")";
+    }
+    usleep(100'000);  // the rest of its threads
+    child g = spawn({loadgen(o), "--port", std::to_string(s.port), "--conns", "64", "--size", "64", "--seconds", "1",
+                     "--warmup", "0.2", "--cpu", std::to_string(generator_cpu)},
+                    {}, -1, false);
+    const std::string end = read_line(g, "end ", now_ns() + 60e9);
+    finish(g, 2);
+    kill(t.pid, SIGINT);  // detaches and writes its table
+    const double deadline = now_ns() + 10e9;
+    while (!ended(t) && now_ns() < deadline) usleep(10'000);
+    finish(t);
+    finish(s.proc);
+    if (end.empty()) return k.name + ": the generator failed under strace (" + how_it_ended(g) + last_words(g.text) + ")";
+    std::ifstream f(file);
+    std::string line;
+    double calls = -1;
+    while (std::getline(f, line)) {
+        std::istringstream in(line);
+        std::vector<std::string> w;
+        for (std::string x; in >> x;) w.push_back(x);
+        if (w.size() >= 5 && w.back() == "total") calls = std::strtod(w[3].c_str(), nullptr);
+    }
+    std::remove(file.c_str());
+    if (calls < 0) return "no total in strace -c's table for " + k.name;
+    out = calls / field(end, "total_rtts");
+    return {};
+}
+
+void bench_syscalls(harness& h, const run_options& o, const std::vector<server_kind>& kinds) {
+    const params ps{{"conns", 64}, {"size", 64}, {"workers", 1}};
+    const metric m{"syscalls_per_rtt", false};
+    const std::string strace = find_strace();
+    const std::string dir = strace.empty() ? "" : h.make_scratch_dir("io-strace");
+    const std::string note = "system calls per round trip, from a separate 1 s run (0.2 s of warm-up, counted) "
+                             "under strace -c -f -p: the calls strace counted / the round trips; strace slows "
+                             "every call, only the count means anything";
+    for (const server_kind& k : kinds) {
+        std::string why = k.missing;
+        if (why.empty() && strace.empty()) why = "not run: strace is not installed (scripts/deps.sh bench)";
+        if (why.empty() && dir.empty()) why = std::string("not run: no scratch directory: ") + std::strerror(errno);
+        if (why.empty() && h.over_time_budget()) why = h.budget_reason();
+        double v = 0;
+        if (why.empty()) why = syscalls_measure(o, strace, k, dir, v);
+        if (!why.empty()) {
+            h.report_status("syscalls", ps, m, k.name, "skipped", why, k.note);
+            continue;
+        }
+        h.report("syscalls", ps, m, harness::summarize(k.name, {v}), k.name == "c_uring", note + "; " + k.note,
+                 k.baseline);
+    }
+    if (!dir.empty()) h.remove_scratch_dir(dir);
+}
+
+// ---------------------------------------------------------------------------
+
+double parse_positive(const std::string& s, const char* what) {
+    char* end = nullptr;
+    const double v = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !(v > 0 && v < 1e6)) fail("bad %s '%s'", what, s.c_str());
+    return v;
+}
+
+run_options take_own_args(int& argc, char** argv) {
+    run_options o;
+    spindle::bench::take_own_args(
+        argc, argv,
+        "spindle_bench_io also takes: [--variants c_uring,go,...] [--conns 1,64,1000] [--seconds S] "
+        "[--warmup S] [--idle-conns N] [--idle-seconds S] [--server-dir DIR]",
+        fail,
+        {
+            {"--variants", [&](const std::string& v) { o.variants.set(v); }},
+            {"--conns",
+             [&](const std::string& v) { o.conns = spindle::bench::parse_numbers(v, "connection count", 1, 100000, fail); }},
+            {"--seconds", [&](const std::string& v) { o.seconds = parse_positive(v, "duration"); }},
+            {"--warmup", [&](const std::string& v) { o.warmup = parse_positive(v, "warm-up"); }},
+            {"--idle-conns",
+             [&](const std::string& v) {
+                 o.idle_conns = spindle::bench::parse_numbers(v, "connection count", 1, 1000000, fail).front();
+             }},
+            {"--idle-seconds", [&](const std::string& v) { o.idle_s = parse_positive(v, "duration"); }},
+            {"--server-dir", [&](const std::string& v) { o.dir = v; }},
+        });
+    return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    run_options o = take_own_args(argc, argv);
+    harness h(argc, argv, "io");
+    if (o.dir.empty()) o.dir = exe_dir();
+    if (o.seconds <= 0) o.seconds = h.quick() ? 0.5 : 2.0;
+    if (o.warmup <= 0) o.warmup = h.quick() ? 0.2 : 0.5;
+    if (h.quick() && o.idle_s == 3) o.idle_s = 2;
+    signal(SIGPIPE, SIG_IGN);  // a generator that died under its stdin's writer
+    rlimit rl{};
+    if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+        rl.rlim_cur = rl.rlim_max;  // inherited by the servers and the generator
+        setrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (access(loadgen(o).c_str(), X_OK) != 0) fail("no load generator at %s (build io_loadgen)", loadgen(o).c_str());
+    if (std::thread::hardware_concurrency() < 2)
+        std::fprintf(stderr, "io: fewer than 2 CPUs: server and generator share one, the figures are not comparable\n");
+
+    // The variants, and which of them can run: built, and a server that
+    // starts (once; one that then fails in a measurement is recorded as
+    // hung by it).
+    std::vector<server_kind> kinds;
+    for (server_kind& k : all_kinds()) {
+        if (!o.variants.wants(k.name)) continue;
+        k.missing = program_missing(o.dir, k.program);
+        if (k.missing.empty()) {
+            std::string why;
+            server s = start_server(o, k, 1, true, why);
+            if (why.empty()) finish(s.proc);
+            else k.missing = "not run: " + why;
+        }
+        if (!k.missing.empty()) std::fprintf(stderr, "io: %s: %s\n", k.name.c_str(), k.missing.c_str());
+        kinds.push_back(std::move(k));
+    }
+
+    std::vector<unsigned> cs = o.conns.empty() ? std::vector<unsigned>{64, 1, 1000} : o.conns;
+    if (h.wants("pingpong_64b"))
+        for (unsigned c : cs) bench_pingpong(h, o, kinds, {"pingpong_64b", c, 64, 1, true});
+    if (h.full() && h.wants("pingpong_4k"))
+        for (unsigned c : cs) bench_pingpong(h, o, kinds, {"pingpong_4k", c, 4096, 1, true});
+    if (h.full() && h.wants("pingpong_2workers")) bench_pingpong(h, o, kinds, {"pingpong_2workers", 64, 64, 2, false});
+    if (h.wants("idle")) bench_idle(h, o, kinds);
+    if (h.wants("syscalls")) bench_syscalls(h, o, kinds);
+    return 0;
+}
