@@ -4,8 +4,14 @@
 set -euo pipefail
 what=${1:-build}
 
-pkgs=(cmake ninja-build g++ pkg-config liburing-dev wrk libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev)
-bench_pkgs=(python3 python3-matplotlib)
+# liburing-dev: spindle's io_uring back end (spindle::io), the io suite's
+# load generator and C server (bench/io). wrk: the HTTP example's test.
+pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev
+      liburing-dev wrk)
+# strace: the io suite's system calls per round trip. Go and cargo (its Go
+# and tokio servers) are not Debian packages of the right age: the suite
+# records those variants as skipped where they are missing.
+bench_pkgs=(python3 python3-matplotlib strace)
 # googletest: the GoogleTest sources (/usr/src/googletest) that the AArch64
 # cross builds compile for the target (libgtest-dev depends on it; named
 # because tests/CMakeLists.txt uses it directly).
