@@ -1090,6 +1090,12 @@ def _leveldb_driver() -> bool:
         _build_dir() / "bench" / "spindle_leveldb_driver", os.X_OK)
 
 
+def _io_program() -> Path | None:
+    """spindle_bench_io, where it is built (it needs liburing-dev)."""
+    prog = _build_dir() / "bench" / "spindle_bench_io"
+    return prog if os.access(prog, os.X_OK) else None
+
+
 # The real programs' tests never time what they wait for: a hang that is
 # deliberate gets a short budget of its own (--test-hang-budget,
 # --test-child-limit, --hf-round-ms), everything else the programs'
@@ -1349,6 +1355,110 @@ class HarnessWatchdogTest(unittest.TestCase):
         for r in records[1:]:
             self.assertEqual(r["status"], "skipped", r)
             self.assertIn("time budget of 2 s was spent", r["reason"])
+
+
+# Nothing here is timed: the windows are short because only what the
+# records say is checked, not how fast anything was.
+@unittest.skipUnless(_io_program(), "spindle_bench_io is not built (cmake --preset release, liburing-dev)")
+class IoSuiteTest(unittest.TestCase):
+    """The io suite program on the real servers, with short windows: the
+    records it writes, and what it does with a server that cannot run."""
+
+    QUICK = ("--reps", "1", "--seconds", "0.1", "--warmup", "0.05")
+
+    def run_io(self, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / "io.jsonl"
+            p = subprocess.run([str(_io_program()), "--out", str(out), *args],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            records, errors = bench.records.load_jsonl(out)
+            self.assertEqual(errors, [], p.stderr)
+            self.assertEqual(sorted(x.name for x in Path(d).iterdir()), [out.name], p.stderr)
+        return p, records
+
+    @staticmethod
+    def by(records: list[dict], variant: str, metric: str) -> list[dict]:
+        return [r for r in records if r["variant"] == variant and r["metric"] == metric]
+
+    def test_pingpong_records(self):
+        p, records = self.run_io("--only", "pingpong_64b", "--conns", "2", *self.QUICK, "--variants",
+                                 "c_uring,c_epoll,spindle_epoll,thread_per_connection")
+        metrics = ("rtt_per_s", "server_cpu_us_per_rtt", "latency_p50_us", "latency_p99_us",
+                   "latency_p999_us", "generator_cpu_share")
+        for v in ("c_uring", "c_epoll", "thread_per_connection"):
+            for m in metrics:
+                (r,) = self.by(records, v, m)
+                self.assertNotIn("status", r, p.stderr)
+                self.assertEqual(r["params"], {"conns": 2, "size": 64, "workers": 1})
+                self.assertEqual(r["reps"], 1)
+                self.assertGreater(r["median"], 0, r)
+                self.assertEqual(r.get("reference", False), v == "c_uring", r)
+            p50, p99, p999 = (self.by(records, v, m)[0]["median"]
+                              for m in ("latency_p50_us", "latency_p99_us", "latency_p999_us"))
+            self.assertLessEqual(p50, p99)
+            self.assertLessEqual(p99, p999)
+        # spindle's server: measured against c_epoll, or skipped saying why.
+        for m in metrics:
+            (r,) = self.by(records, "spindle_epoll", m)
+            if "status" in r:
+                self.assertEqual(r["status"], "skipped")
+                self.assertIn("spindle_io_server", r["reason"])
+            else:
+                self.assertEqual(r.get("baseline"), "c_epoll", r)
+        # The one competitor measured is the best one in its only round.
+        (best,) = self.by(records, "best_competitor", "latency_p50_us")
+        (tpc,) = self.by(records, "thread_per_connection", "latency_p50_us")
+        self.assertEqual(best["samples"], tpc["samples"])
+        self.assertIn("thread_per_connection 1", best["note"])
+
+    def test_a_server_that_cannot_run_is_skipped_with_its_reason(self):
+        with tempfile.TemporaryDirectory() as d:
+            built = _io_program().parent
+            for name in ("io_loadgen", "io_c_uring_server"):
+                os.symlink(built / name, Path(d) / name)
+            write_program(Path(d) / "io_c_epoll_server", "echo 'no port for me' >&2; exit 3\n")
+            p, records = self.run_io("--only", "pingpong_64b", "--conns", "1", *self.QUICK,
+                                     "--variants", "c_uring,c_epoll,asio", "--server-dir", d)
+        self.assertTrue(self.by(records, "c_uring", "rtt_per_s"), p.stderr)
+        for r in records:
+            if r["variant"] == "c_uring":
+                self.assertNotIn("status", r)
+            elif r["variant"] == "c_epoll":
+                self.assertEqual(r["status"], "skipped")
+                self.assertIn("exited with status 3 before accepting", r["reason"])
+                self.assertIn("no port for me", r["reason"])
+            else:
+                self.assertEqual(r["variant"], "asio")
+                self.assertEqual(r["status"], "skipped")
+                self.assertIn("not built", r["reason"])
+        self.assertEqual(len(self.by(records, "c_epoll", "latency_p999_us")), 1)
+
+    def test_idle(self):
+        p, records = self.run_io("--only", "idle", "--idle-conns", "200", "--idle-seconds", "0.2",
+                                 "--variants", "c_uring,c_epoll")
+        for v in ("c_uring", "c_epoll"):
+            (rss,) = self.by(records, v, "rss_kib_per_conn")
+            (cpu,) = self.by(records, v, "idle_cpu_pct")
+            self.assertEqual(rss["params"], {"conns": 200})
+            self.assertGreaterEqual(cpu["median"], 0)
+            self.assertLess(cpu["median"], 100.5)
+        # c_uring's 16 KiB buffer per connection: the one recv into it
+        # touched at least a page of it each.
+        self.assertGreater(self.by(records, "c_uring", "rss_kib_per_conn")[0]["median"], 3.5)
+
+    def test_syscalls(self):
+        p, records = self.run_io("--only", "syscalls", "--variants", "c_uring,c_epoll")
+        epoll = self.by(records, "c_epoll", "syscalls_per_rtt")[0]
+        uring = self.by(records, "c_uring", "syscalls_per_rtt")[0]
+        if "status" in epoll:
+            self.skipTest(f"not measured: {epoll['reason']}")  # no strace, or no ptrace here
+        # c_epoll: a recv and a send per round trip, epoll_wait shared by
+        # the connections ready together; c_uring: one io_uring_enter per
+        # batch of completions.
+        self.assertGreaterEqual(epoll["median"], 2.0)
+        self.assertLess(epoll["median"], 3.0)
+        self.assertLess(uring["median"], 1.0)
 
 
 if __name__ == "__main__":
