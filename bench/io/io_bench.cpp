@@ -24,7 +24,9 @@
 // The load: loadgen.c, its own io_uring loop (nothing of spindle's),
 // batching many connections per system call so that it is cheaper than any
 // server. C connections play ping-pong: send S bytes, wait for the S bytes
-// back, again, for a window of D seconds after a warm-up.
+// back, again, for a window of D seconds after a warm-up. Every reply must
+// equal its message: one that differs ends the generator, and the variant
+// is recorded as hung with its words (measurement_hung).
 //
 // One measurement: a fresh server process (pinned to CPU 1, in the child
 // before the exec), the generator (pinned to CPU 0), the window, then both

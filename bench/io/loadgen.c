@@ -28,6 +28,10 @@
 // percentiles come from a log-linear histogram: 128 buckets per power of
 // two of nanoseconds, under 1% apart.
 //
+// Every reply must equal its message (the first 8 bytes of each message
+// are a count, so that no two are alike): an echo that differs ends the
+// generator with status 1, naming the connection.
+//
 // --idle: connect C connections (500 at a time, each batch pinged once so
 // that the server has accepted and served every connection before the
 // next), print "ready conns=C", wait for stdin to close, and exit.
@@ -67,6 +71,7 @@ static unsigned size;
 static uint64_t hist[(max_exp + 1) * sub];
 static uint64_t measured, total;
 static int recording;
+static int verify;  // each reply is checked against its message (not --idle)
 
 static void die(const char* what, int err) {
     fprintf(stderr, "loadgen: %s: %s\n", what, strerror(err));
@@ -122,6 +127,10 @@ static struct io_uring_sqe* sqe_of(void) {
 static void advance(struct conn* c, uint64_t now, int again) {
     if (c->send_busy || c->recv_busy) return;
     if (c->rcvd == size) {  // a round trip is complete
+        if (verify && memcmp(c->in, c->out, size) != 0) {
+            fprintf(stderr, "loadgen: connection %d: the echo differs from the message sent\n", (int)(c - conns));
+            exit(1);
+        }
         ++total;
         if (recording) {
             ++measured;
@@ -130,7 +139,10 @@ static void advance(struct conn* c, uint64_t now, int again) {
         c->sent = c->rcvd = 0;
         if (!again) return;
     }
-    if (c->sent == 0) c->t0 = now;
+    if (c->sent == 0) {
+        c->t0 = now;
+        if (verify) memcpy(c->out, &total, size < sizeof total ? size : sizeof total);  // no two messages alike
+    }
     struct io_uring_sqe* sqe;
     if (c->sent < size) {
         sqe = sqe_of();
@@ -232,7 +244,8 @@ int main(int argc, char** argv) {
     conns = calloc((size_t)n_conns, sizeof *conns);
     char* bufs = malloc((size_t)size * 2 * (size_t)(idle ? 1 : n_conns));
     if (conns == NULL || bufs == NULL) die("malloc", ENOMEM);
-    memset(bufs, 'x', (size_t)size * 2 * (size_t)(idle ? 1 : n_conns));
+    for (size_t i = 0; i < (size_t)size * 2 * (size_t)(idle ? 1 : n_conns); ++i) bufs[i] = (char)('a' + i % 23);
+    verify = !idle;
     for (int i = 0; i < n_conns; ++i) {  // --idle: all share one pair of buffers
         conns[i].out = bufs + (idle ? 0 : (size_t)i * 2 * size);
         conns[i].in = conns[i].out + size;
