@@ -1434,6 +1434,41 @@ class IoSuiteTest(unittest.TestCase):
                 self.assertIn("not built", r["reason"])
         self.assertEqual(len(self.by(records, "c_epoll", "latency_p999_us")), 1)
 
+    def test_an_echo_that_differs_makes_its_variant_hung(self):
+        # A server that answers every message with as many wrong bytes: the
+        # generator ends at the first reply, the measurement is recorded as
+        # hung with the generator's words, and the run goes on without it.
+        with tempfile.TemporaryDirectory() as d:
+            built = _io_program().parent
+            for name in ("io_loadgen", "io_c_uring_server"):
+                os.symlink(built / name, Path(d) / name)
+            bad = Path(d) / "io_c_epoll_server"
+            bad.write_text(textwrap.dedent("""\
+                #!/bin/sh
+                exec python3 -c '
+                import socket, sys
+                s = socket.socket()
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                s.bind(("127.0.0.1", int(sys.argv[1])))
+                s.listen(64)
+                while True:
+                    c, _ = s.accept()
+                    while True:
+                        d = c.recv(65536)
+                        if not d:
+                            break
+                        c.sendall(b"z" * len(d))
+                    c.close()
+                ' "$@"
+                """))
+            bad.chmod(0o755)
+            p, records = self.run_io("--only", "pingpong_64b", "--conns", "1", *self.QUICK,
+                                     "--variants", "c_uring,c_epoll", "--server-dir", d)
+        (r,) = self.by(records, "c_epoll", "rtt_per_s")
+        self.assertEqual(r.get("status"), "hung", p.stderr)
+        self.assertIn("the echo differs from the message sent", r["reason"])
+        self.assertNotIn("status", self.by(records, "c_uring", "rtt_per_s")[0])
+
     def test_idle(self):
         p, records = self.run_io("--only", "idle", "--idle-conns", "200", "--idle-seconds", "0.2",
                                  "--variants", "c_uring,c_epoll")
