@@ -129,7 +129,13 @@ int perform(op_spec& op, const limits& l) noexcept {
     // (Fibers migrate: the worker is read afresh after every wait, never
     // kept across one.)
     const bool fiber = fiber_worker() != nullptr;
-    if (fiber && chosen() == io::backend::io_uring) return uring_perform(fiber_worker(), op, deadline, stop);
+    if (fiber && chosen() == io::backend::io_uring) {
+        if (op.nowait != nullptr) {
+            int r = op.nowait(op);
+            if (r != -EAGAIN && r != -EOPNOTSUPP && r != -EINVAL) return r;
+        }
+        return uring_perform(fiber_worker(), op, deadline, stop);
+    }
     for (;;) {
         int r = op.sys(op);
         if (r == -EINTR) continue;

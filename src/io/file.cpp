@@ -27,6 +27,13 @@ int sys_pread(op_spec& o) { return neg_errno(::pread(o.fd, o.buf, o.len, o.off))
 void prep_pread(io_uring_sqe* s, op_spec& o) {
     io_uring_prep_read(s, o.fd, o.buf, static_cast<unsigned>(o.len), static_cast<__u64>(o.off));
 }
+// A cached read: preadv2 with RWF_NOWAIT fails with EAGAIN rather than wait
+// for the device.
+int nowait_pread(op_spec& o) {
+    iovec v{o.buf, o.len};
+    return neg_errno(::preadv2(o.fd, &v, 1, o.off, RWF_NOWAIT));
+}
+int nowait_preadv(op_spec& o) { return neg_errno(::preadv2(o.fd, o.iov, o.iovcnt, o.off, RWF_NOWAIT)); }
 int sys_pwrite(op_spec& o) { return neg_errno(::pwrite(o.fd, o.buf, o.len, o.off)); }
 void prep_pwrite(io_uring_sqe* s, op_spec& o) {
     io_uring_prep_write(s, o.fd, o.buf, static_cast<unsigned>(o.len), static_cast<__u64>(o.off));
@@ -48,8 +55,9 @@ void prep_fsync(io_uring_sqe* s, op_spec& o) {
 constexpr std::size_t max_transfer = 0x7ffff000;
 
 result<std::size_t> run(int fd, int (*sys)(op_spec&), void (*prep)(io_uring_sqe*, op_spec&), void* buf,
-                        std::size_t n, off_t off, const limits& l) {
+                        std::size_t n, off_t off, const limits& l, int (*nowait)(op_spec&) = nullptr) {
     op_spec o;
+    o.nowait = nowait;
     o.fd = fd;
     o.can_wait = false;
     o.sys = sys;
@@ -61,8 +69,10 @@ result<std::size_t> run(int fd, int (*sys)(op_spec&), void (*prep)(io_uring_sqe*
 }
 
 result<std::size_t> run_v(int fd, int (*sys)(op_spec&), void (*prep)(io_uring_sqe*, op_spec&),
-                          std::span<const iovec> bufs, off_t off, const limits& l) {
+                          std::span<const iovec> bufs, off_t off, const limits& l,
+                          int (*nowait)(op_spec&) = nullptr) {
     op_spec o;
+    o.nowait = nowait;
     o.fd = fd;
     o.can_wait = false;
     o.sys = sys;
@@ -93,13 +103,13 @@ result<file> file::open(const char* path, int flags, mode_t mode, limits l) {
 }
 
 result<std::size_t> file::pread(void* buf, std::size_t n, off_t offset, limits l) {
-    return run(fd_, &sys_pread, &prep_pread, buf, n, offset, l);
+    return run(fd_, &sys_pread, &prep_pread, buf, n, offset, l, &nowait_pread);
 }
 result<std::size_t> file::pwrite(const void* buf, std::size_t n, off_t offset, limits l) {
     return run(fd_, &sys_pwrite, &prep_pwrite, const_cast<void*>(buf), n, offset, l);
 }
 result<std::size_t> file::preadv(std::span<const iovec> bufs, off_t offset, limits l) {
-    return run_v(fd_, &sys_preadv, &prep_preadv, bufs, offset, l);
+    return run_v(fd_, &sys_preadv, &prep_preadv, bufs, offset, l, &nowait_preadv);
 }
 result<std::size_t> file::pwritev(std::span<const iovec> bufs, off_t offset, limits l) {
     return run_v(fd_, &sys_pwritev, &prep_pwritev, bufs, offset, l);

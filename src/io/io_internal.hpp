@@ -41,6 +41,10 @@ struct op_spec {
     bool owned = true;       // a spindle socket (its close resets its epoll state)
     int (*sys)(op_spec&) = nullptr;                 // non-blocking attempt
     void (*prep)(io_uring_sqe*, op_spec&) = nullptr;  // the io_uring form
+    // io_uring only: a first try that cannot block (a file read with
+    // RWF_NOWAIT: a page-cache hit costs a system call, not a ring round
+    // trip); -EAGAIN sends the operation to the ring.
+    int (*nowait)(op_spec&) = nullptr;
     // Arguments, as the operation needs them.
     void* buf = nullptr;
     std::size_t len = 0;
