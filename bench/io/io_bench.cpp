@@ -86,7 +86,20 @@
 //                      warm-up included (metric syscalls_per_rtt; strace
 //                      slows every call, so only the count means
 //                      anything); one run per server, about 1.5 s each
+//   file               4 KiB preads at random 4 KiB-aligned offsets of a
+//                      page-cached 64 MiB file (made under the build
+//                      directory and read once first), in this process:
+//                      spindle_fibers, 64 fibers on a worker per CPU calling
+//                      io::file::pread (the ring on io_uring); threads, 64
+//                      OS threads calling pread(2) (metric preads_per_s)
+//   sleep              this_fiber::sleep_for(50 us) by F fibers on 1 worker,
+//                      F in {10, 1000}, in this process: timer_thread (a
+//                      worker that never did I/O: the runtime's timer
+//                      thread) against worker_heap (a worker with an
+//                      io_uring: its own timer heap); metric: the process's
+//                      CPU time per sleep (cpu_us_per_sleep, getrusage)
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cmath>
 #include <cstdarg>
@@ -97,6 +110,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -109,8 +123,12 @@
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <spindle/io.hpp>
+#include <spindle/runtime/scheduler.hpp>
 
 #include "../harness/harness.hpp"
 #include "../harness/options.hpp"
@@ -799,6 +817,131 @@ run_options take_own_args(int& argc, char** argv) {
 
 }  // namespace
 
+// ---- in-process workloads: spindle's own calls -------------------------------
+
+double process_cpu_s() {
+    rusage r{};
+    getrusage(RUSAGE_SELF, &r);
+    return static_cast<double>(r.ru_utime.tv_sec + r.ru_stime.tv_sec) +
+           static_cast<double>(r.ru_utime.tv_usec + r.ru_stime.tv_usec) * 1e-6;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+constexpr std::size_t file_bytes = 64u << 20;
+constexpr std::size_t block = 4096;
+constexpr int file_readers = 64;
+// The fibers get a worker per CPU, as the threads get every CPU.
+unsigned file_workers() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+// preads by `readers` fibers on one worker (io::file::pread) or threads
+// (pread(2)), `per` each; preads per second.
+double file_reads(const std::string& path, bool fibers, int per) {
+    std::atomic<long> bad{0};
+    auto body = [&](int seed, auto&& read) {
+        std::mt19937_64 rng(static_cast<unsigned long>(seed) * 7919u + 1u);
+        alignas(64) char buf[block];
+        for (int i = 0; i < per; ++i) {
+            off_t off = static_cast<off_t>((rng() % (file_bytes / block)) * block);
+            if (read(buf, off) != static_cast<long>(block)) ++bad;
+        }
+    };
+    auto t0 = std::chrono::steady_clock::now();
+    if (fibers) {
+        auto f = spindle::io::file::open(path.c_str(), O_RDONLY);
+        if (!f) fail("file: open %s: %s", path.c_str(), f.error().message().c_str());
+        spindle::scheduler sched({.workers = file_workers()});
+        std::vector<spindle::fiber> fs;
+        for (int r = 0; r < file_readers; ++r)
+            fs.push_back(sched.spawn([&, r] {
+                body(r, [&](char* b, off_t off) -> long {
+                    auto n = f->pread(b, block, off);
+                    return n ? static_cast<long>(*n) : -1;
+                });
+            }));
+        for (auto& x : fs) x.join();
+    } else {
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        if (fd < 0) fail("file: open %s: %s", path.c_str(), std::strerror(errno));
+        std::vector<std::thread> ts;
+        for (int r = 0; r < file_readers; ++r)
+            ts.emplace_back([&, r] { body(r, [&](char* b, off_t off) -> long { return ::pread(fd, b, block, off); }); });
+        for (auto& t : ts) t.join();
+        ::close(fd);
+    }
+    double secs = seconds_since(t0);
+    if (bad.load() != 0) fail("file: %ld short or failed preads", bad.load());
+    return static_cast<double>(file_readers) * per / secs;
+}
+
+void bench_file(harness& h, const run_options& o) {
+    std::string path = o.dir + "/io_bench_file.dat";
+    {
+        // Made once, then read whole so that every pread is a page-cache hit.
+        struct stat st{};
+        if (::stat(path.c_str(), &st) != 0 || static_cast<std::size_t>(st.st_size) != file_bytes) {
+            std::vector<char> chunk(1 << 20, 'x');
+            int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+            if (fd < 0) fail("file: create %s: %s", path.c_str(), std::strerror(errno));
+            for (std::size_t done = 0; done < file_bytes; done += chunk.size())
+                if (::write(fd, chunk.data(), chunk.size()) != static_cast<ssize_t>(chunk.size()))
+                    fail("file: write %s: %s", path.c_str(), std::strerror(errno));
+            ::close(fd);
+        }
+        std::vector<char> buf(1 << 20);
+        int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+        while (fd >= 0 && ::read(fd, buf.data(), buf.size()) > 0) {
+        }
+        if (fd >= 0) ::close(fd);
+    }
+    const int per = h.quick() ? 1000 : 4000;
+    const params ps{{"readers", file_readers}, {"size", 4096}, {"workers", static_cast<int>(file_workers())}};
+    std::vector<variant> vs;
+    vs.emplace_back("spindle_fibers", [&] { return file_reads(path, true, per); }, true,
+                    std::string("io::file::pread on ") + spindle::io::backend_name(spindle::io::current_backend()));
+    vs.emplace_back("threads", [&] { return file_reads(path, false, per); });
+    h.compare("file", ps, {"preads_per_s", true}, vs);
+}
+
+// CPU per this_fiber::sleep_for by `fibers` fibers on one worker, each
+// sleeping `rounds` times; with `ring`, the worker first gets its io_uring.
+double sleeps(int fibers, int rounds, bool ring) {
+    spindle::scheduler sched({.workers = 1});
+    if (ring) {
+        int p[2];
+        if (::pipe(p) != 0) fail("sleep: pipe: %s", std::strerror(errno));
+        sched.spawn([&] { (void)spindle::io::wait_writable(p[1]); }).join();  // makes the worker's ring
+        ::close(p[0]);
+        ::close(p[1]);
+    }
+    double c0 = process_cpu_s();
+    std::vector<spindle::fiber> fs;
+    for (int i = 0; i < fibers; ++i)
+        fs.push_back(sched.spawn([&] {
+            for (int r = 0; r < rounds; ++r) spindle::this_fiber::sleep_for(std::chrono::microseconds(50));
+        }));
+    for (auto& f : fs) f.join();
+    return (process_cpu_s() - c0) * 1e6 / (static_cast<double>(fibers) * rounds);
+}
+
+void bench_sleep(harness& h) {
+    for (int fibers : {1000, 10}) {
+        const int rounds = fibers >= 1000 ? 20 : 1000;
+        const params ps{{"fibers", fibers}, {"workers", 1}};
+        if (spindle::io::current_backend() != spindle::io::backend::io_uring) {
+            h.report_status("sleep", ps, {"cpu_us_per_sleep", false}, "*", "skipped",
+                            "the worker's timer heap needs the io_uring backend (SPINDLE_IO)", "");
+            continue;
+        }
+        std::vector<variant> vs;
+        vs.emplace_back("worker_heap", [=] { return sleeps(fibers, rounds, true); }, true);
+        vs.emplace_back("timer_thread", [=] { return sleeps(fibers, rounds, false); });
+        h.compare("sleep", ps, {"cpu_us_per_sleep", false}, vs);
+    }
+}
+
 int main(int argc, char** argv) {
     run_options o = take_own_args(argc, argv);
     harness h(argc, argv, "io");
@@ -841,5 +984,7 @@ int main(int argc, char** argv) {
     if (h.full() && h.wants("pingpong_2workers")) bench_pingpong(h, o, kinds, {"pingpong_2workers", 64, 64, 2, false});
     if (h.wants("idle")) bench_idle(h, o, kinds);
     if (h.wants("syscalls")) bench_syscalls(h, o, kinds);
+    if (h.wants("file")) bench_file(h, o);
+    if (h.wants("sleep")) bench_sleep(h);
     return 0;
 }
