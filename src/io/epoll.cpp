@@ -252,6 +252,7 @@ int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::st
     }
     epoll_engine* reg = d->reg.load(std::memory_order_acquire);
     if (reg != nullptr) reg->waiting.fetch_add(1, std::memory_order_relaxed);
+    w->yield_check = 1;  // yields look at the engine meanwhile (yield_slow)
     spindle::detail::timer_entry t;
     const bool timed = deadline != time_point::max();
     if (timed) {

@@ -336,6 +336,7 @@ int submit_and_park(op_spec& op, void (*prep)(io_uring_sqe*, op_spec&), time_poi
         io_uring_sqe_set_data64(t, tag_ignore);
     }
     ++e->in_flight;
+    w->yield_check = 1;  // yields look at the engine while this is in flight (yield_slow)
     auto request = [&o, e]() noexcept {
         o.stop_requested.store(true, std::memory_order_release);  // before the count: see cancel_requests
         e->cancel_requests.fetch_add(1, std::memory_order_release);
@@ -381,6 +382,7 @@ bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
     s.t = t;
     e->timers.push_back(&s);
     heap_up(e, e->timers.size() - 1);
+    w->yield_check = 1;  // yields look at the engine meanwhile (yield_slow)
     auto request = [&s, e]() noexcept {
         s.stop.store(true, std::memory_order_release);  // before the count: see cancel_requests
         e->cancel_requests.fetch_add(1, std::memory_order_release);

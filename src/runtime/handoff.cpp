@@ -70,10 +70,6 @@ inline constexpr unsigned fiber_park_spins = 1024;
 // watches (16, 64 yields) measured the same within the noise.
 inline constexpr unsigned queue_spins = 12;
 
-// A busy worker with an I/O engine submits and reaps every this many fiber
-// suspensions (Tokio's scheduler polls its driver every 61 tasks; Go's
-// sysmon every 10 ms). A worker that runs out of fibers does it at once.
-inline constexpr std::uint32_t io_poll_interval = 64;
 inline constexpr unsigned queue_yields = 4;
 
 namespace {

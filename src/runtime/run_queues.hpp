@@ -40,6 +40,11 @@ struct scheduler_state {
 
 void wake_all_workers(scheduler_state* s) noexcept;
 
+// A busy worker with an I/O engine submits and reaps every this many fiber
+// suspensions or yields (Tokio's scheduler polls its driver every 61 tasks;
+// Go's sysmon every 10 ms). A worker that runs out of fibers does it at once.
+inline constexpr std::uint32_t io_poll_interval = 64;
+
 // Wake a worker that sleeps, or is about to: on its futex, or in its I/O
 // engine's block().
 inline void wake_worker(worker* w) noexcept {

@@ -151,6 +151,17 @@ void run_worker_thread(worker* w) {
 
 void yield_slow(worker* w) noexcept {
     w->yield_check = 0;
+    // A fiber that yields in a loop while others wait for I/O (say, for a
+    // flag their completion sets) never suspends and never lets the loop
+    // run: while operations are in flight every yield comes here, and
+    // every io_poll_interval-th one submits and reaps.
+    if (io_engine* e = w->io.load(std::memory_order_relaxed)) [[unlikely]] {
+        if (++w->io_ticks >= io_poll_interval) {
+            w->io_ticks = 0;
+            e->ops->poll(e, true);
+        }
+        if (e->ops->busy(e)) w->yield_check = 1;
+    }
     drain_inject(w);
     fiber_ctx* self = w->current;
     fiber_ctx* n = self->resumer;

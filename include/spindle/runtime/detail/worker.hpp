@@ -160,7 +160,8 @@ struct alignas(arch::cache_line) worker {
     // load is enough to *notice* work: the drain re-reads it with acquire.
     std::atomic<fiber_ctx*> inject_head{nullptr};
     // Nonzero sends this_fiber::yield() to its slow path: set when the owner
-    // pushed to its deque or ran an inline resume; cleared by the slow path.
+    // pushed to its deque or ran an inline resume, or queued I/O (the slow
+    // path then looks at the engine); cleared by the slow path.
     std::uint32_t yield_check = 0;
     std::uint32_t picks = 0;        // counts deque picks, for fairness to the ring
     std::uint32_t deque_picks = 0;  // every 8th takes the deque's oldest (pop_ready)
