@@ -223,7 +223,7 @@ stream::stream(int fd) noexcept : h_(fd) {
 result<stream> stream::connect(const endpoint& to, limits l) {
     int fd = new_socket(to.family(), SOCK_STREAM);
     if (fd < 0) return err(fd);
-    stream s(fd);
+    stream s(fd, detail::made_nonblocking);
     socklen_t len = to.size();
     op_spec o;
     o.fd = fd;
@@ -348,7 +348,7 @@ listener::listener(int fd) noexcept : h_(fd) {
 result<listener> listener::bind(const endpoint& at, listen_options opt) {
     int fd = new_socket(at.family(), SOCK_STREAM);
     if (fd < 0) return err(fd);
-    listener l(fd);
+    listener l(fd, detail::made_nonblocking);
     int one = 1;
     if (at.family() != AF_UNIX) {
         if (opt.reuse_address && ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) < 0)
@@ -378,7 +378,7 @@ result<stream> listener::accept(limits l, endpoint* peer) {
     int r = perform(o, l);
     if (r < 0) return err(r);
     if (peer != nullptr) *peer = endpoint::from_native(reinterpret_cast<sockaddr*>(&ss), len);
-    return stream(r);
+    return stream(r, detail::made_nonblocking);  // (accepted with SOCK_NONBLOCK)
 }
 
 result<endpoint> listener::local_endpoint() const { return name_of(h_.fd(), false); }
@@ -392,7 +392,7 @@ datagram::datagram(int fd) noexcept : h_(fd) {
 result<datagram> datagram::open(int family) {
     int fd = new_socket(family, SOCK_DGRAM);
     if (fd < 0) return err(fd);
-    return datagram(fd);
+    return datagram(fd, detail::made_nonblocking);
 }
 
 result<datagram> datagram::bind(const endpoint& at) {

@@ -68,6 +68,11 @@ private:
 };
 
 namespace detail {
+// Construction from a descriptor spindle made non-blocking itself (no
+// fcntl to check it).
+struct made_nonblocking_t {};
+inline constexpr made_nonblocking_t made_nonblocking{};
+
 // A descriptor and the count of calls running on it, so close() can wake
 // them and wait for them to leave before the number is reused.
 class socket_handle {
@@ -107,6 +112,7 @@ public:
     stream() noexcept = default;
     // Adopt a connected socket (made non-blocking here).
     explicit stream(int fd) noexcept;
+    stream(int fd, detail::made_nonblocking_t) noexcept : h_(fd) {}
     stream(stream&&) noexcept = default;
     stream& operator=(stream&&) noexcept = default;
     ~stream() = default;  // closes
@@ -165,6 +171,7 @@ class listener {
 public:
     listener() noexcept = default;
     explicit listener(int fd) noexcept;  // adopt a listening socket
+    listener(int fd, detail::made_nonblocking_t) noexcept : h_(fd) {}
     listener(listener&&) noexcept = default;
     listener& operator=(listener&&) noexcept = default;
 
@@ -188,6 +195,7 @@ class datagram {
 public:
     datagram() noexcept = default;
     explicit datagram(int fd) noexcept;
+    datagram(int fd, detail::made_nonblocking_t) noexcept : h_(fd) {}
     datagram(datagram&&) noexcept = default;
     datagram& operator=(datagram&&) noexcept = default;
 
