@@ -136,9 +136,15 @@ int perform(op_spec& op, const limits& l) noexcept {
         }
         return uring_perform(fiber_worker(), op, deadline, stop);
     }
+    const bool hint = fiber && op.stream_read;
+    if (hint && epoll_read_would_block(op.fd)) {
+        int r = epoll_await(fiber_worker(), op, deadline, stop);
+        if (r < 0) return r;
+    }
     for (;;) {
         int r = op.sys(op);
         if (r == -EINTR) continue;
+        if (hint && r != -EAGAIN) epoll_note_read(op.fd, r > 0 && static_cast<std::size_t>(r) < op.len);
         if (r != -EAGAIN || !op.can_wait) return r;
         if (deadline != time_point::max() && steady::now() >= deadline) return -ETIMEDOUT;
         r = fiber ? epoll_await(fiber_worker(), op, deadline, stop)

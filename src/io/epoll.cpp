@@ -53,6 +53,13 @@ struct poll_desc {
     // The engine it is registered with; null: not registered. CAS null ->
     // engine (acq_rel) by the first waiter, who then adds it.
     std::atomic<epoll_engine*> reg{nullptr};
+    // The last stream read took less than it asked for (or found nothing):
+    // the socket's receive queue was empty then, so until the next edge
+    // (rd 1) a read would only say EAGAIN. Tokio's "clear readiness on a
+    // short read". A hint with one rule: set only after a read, cleared by
+    // epoll_forget; read and written relaxed (the edge's CAS on rd orders
+    // what matters).
+    std::atomic<bool> rd_drained{false};
 };
 
 constexpr std::uintptr_t desc_ready = 1;
@@ -271,9 +278,22 @@ int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::st
     return -fw.reason.load(std::memory_order_acquire);
 }
 
+bool epoll_read_would_block(int fd) noexcept {
+    poll_desc* d = desc_of(fd);
+    // Registered (edges reach an engine), drained since, and no edge since.
+    return d != nullptr && d->rd_drained.load(std::memory_order_relaxed) &&
+           d->reg.load(std::memory_order_acquire) != nullptr && d->rd.load(std::memory_order_acquire) == 0;
+}
+
+void epoll_note_read(int fd, bool drained) noexcept {
+    if (poll_desc* d = desc_of(fd); d != nullptr && d->rd_drained.load(std::memory_order_relaxed) != drained)
+        d->rd_drained.store(drained, std::memory_order_relaxed);
+}
+
 void epoll_forget(int fd) noexcept {
     poll_desc* d = desc_of(fd);
     if (d == nullptr) return;
+    d->rd_drained.store(false, std::memory_order_relaxed);
     d->reg.store(nullptr, std::memory_order_release);
     d->rd.store(0, std::memory_order_release);
     d->wr.store(0, std::memory_order_release);

@@ -39,6 +39,7 @@ struct op_spec {
     bool write = false;      // waits for writability (else readability)
     bool can_wait = true;    // readiness applies (sockets, pipes); false: files
     bool owned = true;       // a spindle socket (its close resets its epoll state)
+    bool stream_read = false;  // a stream socket's read: a short one means drained (epoll)
     int (*sys)(op_spec&) = nullptr;                 // non-blocking attempt
     void (*prep)(io_uring_sqe*, op_spec&) = nullptr;  // the io_uring form
     // io_uring only: a first try that cannot block (a file read with
@@ -75,6 +76,11 @@ int uring_perform(worker* w, op_spec& op, time_point deadline, const std::stop_t
 int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token& stop) noexcept;
 // A spindle socket closes: forget its epoll state (epoll.cpp).
 void epoll_forget(int fd) noexcept;
+// Stream reads on epoll: would a read find nothing (drained by the last
+// one, no edge since)? Then the fiber waits first and skips a system call
+// that could only say EAGAIN. And what the last read found.
+bool epoll_read_would_block(int fd) noexcept;
+void epoll_note_read(int fd, bool drained) noexcept;
 // A plain thread waits for `events` on fd (backend.cpp).
 int thread_await(int fd, short events, time_point deadline, const std::stop_token& stop) noexcept;
 

@@ -251,6 +251,7 @@ result<std::size_t> stream::read_some(void* buf, std::size_t n, limits l) {
     detail::socket_handle::use u(h_);
     op_spec o;
     o.fd = h_.fd();
+    o.stream_read = true;
     o.sys = &sys_recv;
     o.prep = &prep_recv;
     o.buf = buf;
