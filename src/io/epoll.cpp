@@ -60,6 +60,15 @@ struct poll_desc {
     // epoll_forget; read and written relaxed (the edge's CAS on rd orders
     // what matters).
     std::atomic<bool> rd_drained{false};
+    // The peer closed its side, or the socket failed (an EPOLLRDHUP, EPOLLHUP
+    // or EPOLLERR event came): sticky until epoll_forget. After the edge
+    // that said so no other comes, so a drained read must not wait for one:
+    // the next read returns the end of stream or the error at once.
+    // (Tokio keeps READ_CLOSED apart from READABLE for the same reason.)
+    // Stored before the edge's CAS on rd (which releases it); read after
+    // an acquire load of rd (epoll_read_would_block). A reader that misses
+    // it has not seen that edge's CAS, so the edge is still to wake it.
+    std::atomic<bool> rd_closed{false};
 };
 
 constexpr std::uintptr_t desc_ready = 1;
@@ -116,6 +125,8 @@ void deliver(epoll_engine* e) noexcept {
         epoll_event& ev = e->events[e->next++];
         if (ev.data.ptr == nullptr) continue;  // the wake eventfd
         auto* d = static_cast<poll_desc*>(ev.data.ptr);
+        if ((ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0 && !d->rd_closed.load(std::memory_order_relaxed))
+            d->rd_closed.store(true, std::memory_order_relaxed);
         if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) edge(d->rd);
         if (ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) edge(d->wr);
     }
@@ -280,9 +291,13 @@ int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::st
 
 bool epoll_read_would_block(int fd) noexcept {
     poll_desc* d = desc_of(fd);
-    // Registered (edges reach an engine), drained since, and no edge since.
+    // Registered (edges reach an engine), drained since, no edge since, and
+    // not closed (no edge will come after the one that said so). rd first,
+    // acquire: an rd of 0 that a waking edge wrote carries the rd_closed
+    // stored before it.
     return d != nullptr && d->rd_drained.load(std::memory_order_relaxed) &&
-           d->reg.load(std::memory_order_acquire) != nullptr && d->rd.load(std::memory_order_acquire) == 0;
+           d->reg.load(std::memory_order_acquire) != nullptr && d->rd.load(std::memory_order_acquire) == 0 &&
+           !d->rd_closed.load(std::memory_order_relaxed);
 }
 
 void epoll_note_read(int fd, bool drained) noexcept {
@@ -294,6 +309,7 @@ void epoll_forget(int fd) noexcept {
     poll_desc* d = desc_of(fd);
     if (d == nullptr) return;
     d->rd_drained.store(false, std::memory_order_relaxed);
+    d->rd_closed.store(false, std::memory_order_relaxed);
     d->reg.store(nullptr, std::memory_order_release);
     d->rd.store(0, std::memory_order_release);
     d->wr.store(0, std::memory_order_release);
