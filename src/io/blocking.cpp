@@ -1,10 +1,10 @@
 // spindle::blocking's pool (include/spindle/io/blocking.hpp): threads that
 // run blocking calls for parked fibers.
 //
-// Lock word: one std::mutex `m` guards the FIFO of jobs (head/tail), the
-// thread counts and `closing`; idle threads wait on `cv`. A job is handed
-// to an idle thread if there is one, else a new thread starts (up to
-// max_threads; beyond that jobs queue). A thread idle for idle_exit exits.
+// Lock word: one std::mutex `m` guards the FIFO of jobs (head/tail) and
+// the counts; idle threads wait on `cv`. A job is handed to an idle thread
+// if one is free for it, else a new thread starts (up to max_threads;
+// beyond that jobs queue). A thread idle for idle_exit exits.
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
@@ -24,28 +24,33 @@ struct pool {
     std::condition_variable cv;
     blocking_job* head = nullptr;  // guarded by m
     blocking_job* tail = nullptr;  // guarded by m
+    unsigned queued = 0;           // jobs in the queue; guarded by m
     unsigned threads = 0;          // guarded by m
-    unsigned idle = 0;             // guarded by m
+    unsigned idle = 0;             // threads waiting on cv; guarded by m
+    unsigned starting = 0;         // threads started, not yet looking; guarded by m
 
     void loop() {
         std::unique_lock lk(m);
+        --starting;
         for (;;) {
-            while (head == nullptr) {
-                ++idle;
-                bool woke = cv.wait_for(lk, idle_exit, [&] { return head != nullptr; });
-                --idle;
-                if (!woke) {
-                    --threads;
-                    return;
-                }
+            if (head != nullptr) {
+                blocking_job* j = head;
+                head = j->next;
+                if (head == nullptr) tail = nullptr;
+                --queued;
+                lk.unlock();
+                j->run(j);
+                unpark(&j->done);  // j may be gone from here on
+                lk.lock();
+                continue;
             }
-            blocking_job* j = head;
-            head = j->next;
-            if (head == nullptr) tail = nullptr;
-            lk.unlock();
-            j->run(j);
-            unpark(&j->done);  // j may be gone from here on
-            lk.lock();
+            ++idle;
+            bool woke = cv.wait_for(lk, idle_exit, [&] { return head != nullptr; });
+            --idle;
+            if (!woke) {
+                --threads;
+                return;
+            }
         }
     }
 
@@ -54,8 +59,13 @@ struct pool {
         j->next = nullptr;
         if (tail != nullptr) tail->next = j; else head = j;
         tail = j;
-        if (idle == 0 && threads < max_threads) {
+        ++queued;
+        // Every queued job needs a thread of its own: an idle one, or one
+        // on its way. (Counting idle threads alone, ten quick calls that
+        // found one idle thread all queued for it: it had not woken yet.)
+        if (queued > idle + starting && threads < max_threads) {
             ++threads;
+            ++starting;
             lk.unlock();
             std::thread([this] { loop(); }).detach();
             return;
