@@ -102,16 +102,22 @@ result<file> file::open(const char* path, int flags, mode_t mode, limits l) {
     return file(fd);
 }
 
+// (Each positioned call refuses a negative offset, as pread(2) does:
+// io_uring and preadv2 would read at the file position for -1.)
 result<std::size_t> file::pread(void* buf, std::size_t n, off_t offset, limits l) {
+    if (offset < 0) return std::errc::invalid_argument;
     return run(fd_, &sys_pread, &prep_pread, buf, n, offset, l, &nowait_pread);
 }
 result<std::size_t> file::pwrite(const void* buf, std::size_t n, off_t offset, limits l) {
+    if (offset < 0) return std::errc::invalid_argument;
     return run(fd_, &sys_pwrite, &prep_pwrite, const_cast<void*>(buf), n, offset, l);
 }
 result<std::size_t> file::preadv(std::span<const iovec> bufs, off_t offset, limits l) {
+    if (offset < 0) return std::errc::invalid_argument;
     return run_v(fd_, &sys_preadv, &prep_preadv, bufs, offset, l, &nowait_preadv);
 }
 result<std::size_t> file::pwritev(std::span<const iovec> bufs, off_t offset, limits l) {
+    if (offset < 0) return std::errc::invalid_argument;
     return run_v(fd_, &sys_pwritev, &prep_pwritev, bufs, offset, l);
 }
 
