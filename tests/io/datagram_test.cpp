@@ -137,10 +137,13 @@ TEST_P(IoDatagram, ReceiverWaitsFirst) {
             EXPECT_EQ(std::string(buf, *n), "late");
         },
         [&] {
-            while (!receiving.exchange(false)) this_fiber::yield();
+            // Waits by sleeping, not yielding: the receiver's second call
+            // comes after its first completed, and a worker that only sees
+            // yields may not look at its I/O (IoLiveness).
+            while (!receiving.exchange(false)) this_fiber::sleep_for(100us);
             this_fiber::sleep_for(5ms);
             ASSERT_EQ(b->send_to("", 0, at, patience()).value(), 0u);
-            while (!receiving.exchange(false)) this_fiber::yield();
+            while (!receiving.exchange(false)) this_fiber::sleep_for(100us);
             this_fiber::sleep_for(5ms);
             ASSERT_EQ(b->send_to("late", 4, at, patience()).value(), 4u);
         },
