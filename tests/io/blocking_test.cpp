@@ -160,6 +160,30 @@ TEST(Blocking, HundredFibersOneWorker) {
                 counted_while_away.load(), n);
 }
 
+// The pool grows while calls run: 10 calls from fibers of one worker each
+// wait inside fn until all 10 are inside at once, which only a pool that
+// started a thread for each can bring about.
+TEST(Blocking, CallsRunConcurrently) {
+    scheduler sched({.workers = 1});
+    constexpr int n = 10;
+    std::atomic<int> inside{0}, together{0};
+    std::atomic<bool> gave_up{false};  // the first to give up lets the rest go
+    std::vector<fiber> fs;
+    for (int i = 0; i < n; ++i)
+        fs.push_back(sched.spawn([&] {
+            const bool all = spindle::blocking([&] {
+                inside.fetch_add(1);
+                if (within_30s([&] { return inside.load() == n || gave_up.load(); }) && inside.load() == n)
+                    return true;
+                gave_up.store(true);
+                return false;
+            });
+            if (all) together.fetch_add(1);
+        }));
+    for (auto& f : fs) f.join();
+    EXPECT_EQ(together.load(), n) << "blocking() calls did not run at the same time";
+}
+
 // Calls from fibers on 2 workers and from plain threads at once.
 TEST(Blocking, MixedCallers) {
     scheduler sched({.workers = 2});
