@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -527,9 +528,21 @@ TEST_P(IoReliability, AcceptEmfileRecovers) {
 
     rlimit old{};
     ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old), 0);
+    // A plain thread's server starts before the table fills (a sanitizer's
+    // thread start may need a descriptor) and waits for `go`.
+    std::atomic<bool> go{false};
+    std::function<void()> serve;
+    std::thread server_thread;
+    if (!sched) {
+        server_thread = std::thread([&] {
+            while (!go.load()) std::this_thread::sleep_for(100us);
+            serve();
+        });
+    }
+
     rlimit low = old;
     low.rlim_cur = static_cast<rlim_t>(highest_fd() + 16);
-    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+    EXPECT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);  // else the fill just takes longer
     std::vector<int> fillers;
     auto release_fillers = [&](std::size_t n) {
         for (std::size_t i = 0; i < n && !fillers.empty(); ++i) {
@@ -545,7 +558,7 @@ TEST_P(IoReliability, AcceptEmfileRecovers) {
         }
         fillers.push_back(fd);
     }
-    auto serve = [&] {
+    serve = [&] {
         auto s = l->accept(patience());
         ASSERT_FALSE(s) << "accepted with a full descriptor table";
         EXPECT_EQ(s.error(), std::errc::too_many_files_open) << s.error().message();
@@ -566,10 +579,11 @@ TEST_P(IoReliability, AcceptEmfileRecovers) {
     if (sched) {
         sched->spawn(serve).join();
     } else {
-        std::thread(serve).join();
+        go.store(true);
+        server_thread.join();
     }
     release_fillers(fillers.size());
-    ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
+    EXPECT_EQ(::setrlimit(RLIMIT_NOFILE, &old), 0);
     sched.reset();
     for (auto& c : clients) {
         char b[6];
