@@ -26,6 +26,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -61,6 +62,8 @@ inline const char* where_name(where w) {
     return "?";
 }
 inline std::string where_param_name(const ::testing::TestParamInfo<where>& i) { return where_name(i.param); }
+// How gtest prints a `where` (test listings, failures).
+inline void PrintTo(where w, std::ostream* os) { *os << where_name(w); }
 inline const where all_places[] = {where::one_worker, where::two_workers, where::threads};
 inline const where fiber_places[] = {where::one_worker, where::two_workers};
 

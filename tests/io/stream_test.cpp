@@ -36,6 +36,8 @@ const char* kind_name(kind k) {
     return "?";
 }
 
+void PrintTo(kind k, std::ostream* os) { *os << kind_name(k); }
+
 // Where a listener of kind `k` binds (port 0: the kernel picks one).
 io::endpoint bind_point(kind k, const temp_dir& dir) {
     switch (k) {
