@@ -162,9 +162,13 @@ TEST(Blocking, HundredFibersOneWorker) {
 
 // The pool grows while calls run: 10 calls from fibers of one worker each
 // wait inside fn until all 10 are inside at once, which only a pool that
-// started a thread for each can bring about.
+// started a thread for each can bring about. First one call, and a pause
+// in which its thread goes idle: ten calls that find one idle thread must
+// not all queue for it.
 TEST(Blocking, CallsRunConcurrently) {
     scheduler sched({.workers = 1});
+    sched.spawn([] { spindle::blocking([] {}); }).join();
+    std::this_thread::sleep_for(20ms);  // the pool thread likely idle now; correct either way
     constexpr int n = 10;
     std::atomic<int> inside{0}, together{0};
     std::atomic<bool> gave_up{false};  // the first to give up lets the rest go
