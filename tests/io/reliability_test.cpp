@@ -204,11 +204,6 @@ void record(const cancel_counts& c) {
 // -- from fibers -- by fiber::request_stop on a fiber made for that one
 // read. What all readers got, concatenated, is exactly the sequence.
 TEST_P(IoReliability, CancelledReadersLoseNothing) {
-    // Known to hang on the epoll backend since reads after a short read
-    // wait for an edge first: every fiber ends parked, the worker asleep in
-    // epoll_wait, no deadline pending. Skipped there until that is fixed.
-    if (io::current_backend() == io::backend::epoll)
-        GTEST_SKIP() << "hangs on the epoll backend (a read after a short one never wakes)";
     const where w = GetParam();
     const std::size_t total = under_sanitizer ? (512u << 10) : (2u << 20);
     stream_pair p = connected_pair(io::endpoint::loopback_v4(0));
