@@ -16,12 +16,8 @@ using detail::op_spec;
 
 namespace {
 
-std::error_code err(int negated) noexcept { return {-negated, std::system_category()}; }
-
-result<std::size_t> count_or_error(int r) {
-    if (r < 0) return err(r);
-    return static_cast<std::size_t>(r);
-}
+using detail::count_or_error;
+using detail::err;
 
 int sys_pread(op_spec& o) { return neg_errno(::pread(o.fd, o.buf, o.len, o.off)); }
 void prep_pread(io_uring_sqe* s, op_spec& o) {

@@ -86,4 +86,11 @@ int thread_await(int fd, short events, time_point deadline, const std::stop_toke
 
 inline int neg_errno(long r) noexcept { return r < 0 ? -errno : static_cast<int>(r); }
 
+// perform()'s result as the public API returns it.
+inline std::error_code err(int negated) noexcept { return {-negated, std::system_category()}; }
+inline result<std::size_t> count_or_error(int r) {
+    if (r < 0) return err(r);
+    return static_cast<std::size_t>(r);
+}
+
 }  // namespace spindle::io::detail

@@ -29,13 +29,9 @@ using detail::perform;
 
 namespace {
 
-std::error_code err(int negated) noexcept { return {-negated, std::system_category()}; }
+using detail::count_or_error;
+using detail::err;
 std::error_code last_error() noexcept { return {errno, std::system_category()}; }
-
-result<std::size_t> count_or_error(int r) {
-    if (r < 0) return err(r);
-    return static_cast<std::size_t>(r);
-}
 
 // ---- the operations -------------------------------------------------------
 
