@@ -6,12 +6,15 @@ what=${1:-build}
 
 # liburing-dev: spindle's io_uring back end (spindle::io), the io suite's
 # load generator and C server (bench/io). wrk: the HTTP example's test.
+# libmemcached-dev, libmemcached-tools (memccapable) and python3-pymemcache:
+# real memcached clients that spindle-kv's tests run against it (apps/kv).
 pkgs=(cmake ninja-build g++ pkg-config libgtest-dev libboost-context-dev libboost-fiber-dev libleveldb-dev
-      liburing-dev wrk)
+      liburing-dev wrk libmemcached-dev libmemcached-tools python3-pymemcache)
 # strace: the io suite's system calls per round trip. Go and cargo (its Go
 # and tokio servers) are not Debian packages of the right age: the suite
 # records those variants as skipped where they are missing.
-bench_pkgs=(python3 python3-matplotlib strace)
+# memcached and memaslap (libmemcached-tools): the kv suite's anchor and client.
+bench_pkgs=(python3 python3-matplotlib strace memcached libmemcached-tools)
 # googletest: the GoogleTest sources (/usr/src/googletest) that the AArch64
 # cross builds compile for the target (libgtest-dev depends on it; named
 # because tests/CMakeLists.txt uses it directly).
