@@ -123,12 +123,14 @@ int thread_await(int fd, short events, time_point deadline, const std::stop_toke
 }
 
 int perform(op_spec& op, const limits& l) noexcept {
-    std::stop_token stop = effective_stop(l);
-    if (stop.stop_requested()) return -ECANCELED;
-    const time_point deadline = l.deadline;
     // (Fibers migrate: the worker is read afresh after every wait, never
     // kept across one.)
     const bool fiber = fiber_worker() != nullptr;
+    // The call's own token, else on a fiber the fiber's, observed through
+    // its relay (own_stop): no token is copied, no callback registered.
+    const std::stop_token* stop = l.stop.stop_possible() ? &l.stop : nullptr;
+    if (stop != nullptr ? stop->stop_requested() : fiber && own_stop_requested()) return -ECANCELED;
+    const time_point deadline = l.deadline;
     if (fiber && chosen() == io::backend::io_uring) {
         if (op.nowait != nullptr) {
             int r = op.nowait(op);
@@ -148,7 +150,7 @@ int perform(op_spec& op, const limits& l) noexcept {
         if (r != -EAGAIN || !op.can_wait) return r;
         if (deadline != time_point::max() && steady::now() >= deadline) return -ETIMEDOUT;
         r = fiber ? epoll_await(fiber_worker(), op, deadline, stop)
-                  : thread_await(op.fd, op.write ? POLLOUT : POLLIN, deadline, stop);
+                  : thread_await(op.fd, op.write ? POLLOUT : POLLIN, deadline, l.stop);
         if (r < 0) return r;
     }
 }

@@ -224,7 +224,7 @@ int ensure_registered(epoll_engine* e, int fd, poll_desc* d, bool owned) noexcep
     return r;
 }
 
-struct fd_wait {
+struct fd_wait final : cancel_target {
     waiter wt;
     std::atomic<std::uintptr_t>* word = nullptr;
     // Why it was taken out by someone other than an edge: 0 none,
@@ -245,7 +245,7 @@ void take_out(fd_wait* fw, int why) noexcept {
 
 }  // namespace
 
-int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token& stop) noexcept {
+int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token* stop) noexcept {
     poll_desc* d = desc_of(op.fd);
     if (d == nullptr) return -EBADF;
     epoll_engine* e = engine_of(w);
@@ -279,11 +279,14 @@ int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::st
         t.arg = &fw;
         spindle::detail::timer_add(&t);
     }
-    auto request = [&fw]() noexcept { take_out(&fw, ECANCELED); };
+    fw.request = [](cancel_target* t) noexcept { take_out(static_cast<fd_wait*>(t), ECANCELED); };
+    auto request = [&fw]() noexcept { fw.request(&fw); };
     std::optional<std::stop_callback<decltype(request)>> cb;
-    if (stop.stop_possible()) cb.emplace(stop, request);
+    std::optional<own_stop> own;
+    if (stop == nullptr) own.emplace(&fw); else if (stop->stop_possible()) cb.emplace(*stop, request);
     spindle::detail::park_now(&fw.wt);
-    cb.reset();
+    cb.reset();  // wait for a request running on another thread
+    own.reset();
     if (timed) spindle::detail::timer_cancel(&t);
     if (reg != nullptr) reg->waiting.fetch_sub(1, std::memory_order_relaxed);
     return -fw.reason.load(std::memory_order_acquire);

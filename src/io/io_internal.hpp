@@ -71,9 +71,37 @@ int perform(op_spec& op, const limits& l) noexcept;
 // The stop token a call observes: its own, or the calling fiber's.
 std::stop_token effective_stop(const limits& l) noexcept;
 
-// Per backend.
-int uring_perform(worker* w, op_spec& op, time_point deadline, const std::stop_token& stop) noexcept;
-int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token& stop) noexcept;
+// A wait that a stop request can end (an io_uring operation, an epoll
+// wait): request() may run on any thread, at most a few times, while the
+// wait is armed (own_stop, or a std::stop_callback); it must be idempotent.
+struct cancel_target {
+    void (*request)(cancel_target* self) noexcept;
+};
+
+// A fiber's wait observing the fiber's own stop token (stop_relay.cpp):
+// armed for the object's life, with one stop callback per fiber instead of
+// one per wait. If stop was requested already, the constructor requests
+// the target at once. The destructor waits for a request running on
+// another thread. Fibers only.
+class own_stop {
+public:
+    explicit own_stop(cancel_target* target);
+    ~own_stop();
+    own_stop(const own_stop&) = delete;
+    own_stop& operator=(const own_stop&) = delete;
+
+private:
+    cancel_target* target_;
+    spindle::detail::stop_relay* relay_;
+};
+
+// Has the running fiber's own stop been requested? (No token copied.)
+bool own_stop_requested() noexcept;
+
+// Per backend, for fibers. `stop`: the call's own token, or null for the
+// fiber's (own_stop).
+int uring_perform(worker* w, op_spec& op, time_point deadline, const std::stop_token* stop) noexcept;
+int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token* stop) noexcept;
 // A spindle socket closes: forget its epoll state (epoll.cpp).
 void epoll_forget(int fd) noexcept;
 // Stream reads on epoll: would a read find nothing (drained by the last

@@ -45,8 +45,9 @@ constexpr std::uint64_t tag_wake = 1;
 constexpr unsigned ring_entries = 256;
 constexpr unsigned cq_entries = 4096;
 
-struct uring_op {
+struct uring_op final : cancel_target {
     waiter wt;
+    struct uring_engine* engine = nullptr;  // the ring it went to (engines live as long as the scheduler)
     int res = 0;
     // Set by a stop callback on any thread (release), read by the owner
     // when it looks for cancellations and by the fiber after it wakes
@@ -317,7 +318,7 @@ void prep_poll(io_uring_sqe* s, op_spec& op) noexcept {
 // Queue `op` on the calling fiber's worker's ring and park until its
 // completion.
 int submit_and_park(op_spec& op, void (*prep)(io_uring_sqe*, op_spec&), time_point deadline,
-                    const std::stop_token& stop) noexcept {
+                    const std::stop_token* stop) noexcept {
     worker* w = fiber_worker();
     uring_engine* e = engine_of(w);
     const bool timed = deadline != time_point::max();
@@ -337,23 +338,28 @@ int submit_and_park(op_spec& op, void (*prep)(io_uring_sqe*, op_spec&), time_poi
     }
     ++e->in_flight;
     w->yield_check = 1;  // yields look at the engine while this is in flight (yield_slow)
-    auto request = [&o, e]() noexcept {
-        o.stop_requested.store(true, std::memory_order_release);  // before the count: see cancel_requests
-        e->cancel_requests.fetch_add(1, std::memory_order_release);
-        op_wake(e);
+    o.engine = e;
+    o.request = [](cancel_target* t) noexcept {
+        auto* op = static_cast<uring_op*>(t);
+        op->stop_requested.store(true, std::memory_order_release);  // before the count: see cancel_requests
+        op->engine->cancel_requests.fetch_add(1, std::memory_order_release);
+        op_wake(op->engine);
     };
+    auto request = [&o]() noexcept { o.request(&o); };
     std::optional<std::stop_callback<decltype(request)>> cb;
-    if (stop.stop_possible()) {
+    std::optional<own_stop> own;
+    if (stop == nullptr || stop->stop_possible()) {
         o.next = e->cancellable;
         if (o.next != nullptr) o.next->prev = &o;
         e->cancellable = &o;
         o.listed = true;
-        cb.emplace(stop, request);
+        if (stop != nullptr) cb.emplace(*stop, request); else own.emplace(&o);
     }
     spindle::detail::park_now(&o.wt);
     // (We may run on another worker now: neither w nor e is ours any more;
     // the owner unlinked o before it unparked us.)
-    cb.reset();  // waits for a callback running on another thread
+    cb.reset();  // wait for a request running on another thread
+    own.reset();
     if (o.res == -ECANCELED || o.res == -EINTR) {
         if (o.stop_requested.load(std::memory_order_acquire)) return -ECANCELED;
         if (timed) return -ETIMEDOUT;
@@ -397,7 +403,7 @@ bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
 
 }  // namespace
 
-int uring_perform(worker*, op_spec& op, time_point deadline, const std::stop_token& stop) noexcept {
+int uring_perform(worker*, op_spec& op, time_point deadline, const std::stop_token* stop) noexcept {
     for (;;) {
         int r = submit_and_park(op, op.prep, deadline, stop);
         // Kernels that honour O_NONBLOCK on sockets answer EAGAIN instead of

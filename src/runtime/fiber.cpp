@@ -74,6 +74,10 @@ void fiber_entry(arch::raw_context* self, arch::raw_context*) noexcept {
     c->destroy(c->callable);
     c->callable = nullptr;
     if (c->locals != nullptr) destroy_fiber_locals(c);
+    if (c->relay != nullptr) {
+        c->relay->destroy(c->relay);
+        c->relay = nullptr;
+    }
     finish_fiber(c);
 }
 

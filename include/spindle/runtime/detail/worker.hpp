@@ -107,6 +107,11 @@ struct post_action {
     void* arg = nullptr;
 };
 
+// See fiber_ctx::relay.
+struct stop_relay {
+    void (*destroy)(stop_relay* self) noexcept;
+};
+
 // A fiber's control block. It lives at the top of the fiber's own stack, so a
 // spawn costs one pooled stack and no heap allocation.
 struct fiber_ctx {
@@ -128,6 +133,13 @@ struct fiber_ctx {
     // Its fiber_local values (runtime/fiber_local.hpp); created on first use,
     // destroyed as the body returns. Touched only by the fiber itself.
     struct local_table* locals = nullptr;
+    // Carries stop requests on its own token (`stop`, below) to whatever the
+    // fiber waits for, with one std::stop_callback for the fiber's life
+    // instead of one per wait: the I/O layer makes it the first time the
+    // fiber waits cancellably (src/io/stop_relay.cpp); it is destroyed,
+    // through its own function, as the body returns. Touched only by the
+    // fiber itself.
+    struct stop_relay* relay = nullptr;
     // The waiter it is parked on while inside park(); null otherwise.
     // Written by the fiber itself, read only by a debugger with the process
     // stopped (debug_layout.hpp), so a plain field.
