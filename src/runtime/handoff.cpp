@@ -91,13 +91,10 @@ void push_handed_off(void* arg) noexcept {
 SPINDLE_SWITCH_FN void suspend_current(worker* w, post_action p) noexcept {
     fiber_ctx* self = w->current;
     // A worker whose fibers keep each other busy never reaches its loop,
-    // where I/O is submitted and reaped: every io_poll_interval suspensions
+    // where I/O is submitted and reaped: now and then (poll_io_due)
     // it looks at its engine here (relaxed: the owner's own store).
     if (io_engine* e = w->io.load(std::memory_order_relaxed)) [[unlikely]] {
-        if (++w->io_ticks >= io_poll_interval) {
-            w->io_ticks = 0;
-            e->ops->poll(e, true);
-        }
+        if (poll_io_due(w)) poll_io(w, e, true);
     }
     fiber_ctx* n = take_over(w, self);
     w->post = p;

@@ -8,8 +8,10 @@
 // file must not add calls to them.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -42,8 +44,29 @@ void wake_all_workers(scheduler_state* s) noexcept;
 
 // A busy worker with an I/O engine submits and reaps every this many fiber
 // suspensions or yields (Tokio's scheduler polls its driver every 61 tasks;
-// Go's sysmon every 10 ms). A worker that runs out of fibers does it at once.
+// Go's sysmon every 10 ms), or once per round (poll_io_due). A worker that
+// runs out of fibers does it at once.
 inline constexpr std::uint32_t io_poll_interval = 64;
+
+// Poll the engine (submit, and make the completed fibers ready) and note how
+// many fibers are ready after it: the round the next periodic poll waits for.
+inline void poll_io(worker* w, io_engine* e, bool may_enter) noexcept {
+    e->ops->poll(e, may_enter);
+    w->io_ticks = 0;
+    w->io_round = static_cast<std::uint32_t>(std::min<std::size_t>(w->deque.size_hint(), UINT32_MAX));
+}
+
+// A suspension or yield of a busy worker: is the periodic poll due? Every
+// io_poll_interval of them, but not before the fibers made ready by the last
+// poll have had their turn. The deque runs newest first: completions reaped
+// mid-round would go on top and overtake the rest of the round, again and
+// again -- with 1000 connections on one worker, a p99.9 round trip of
+// 400 ms against a p50 of 0.2 ms. Waiting a round (each fiber of it
+// suspends about once) serves every connection once per round, as an event
+// loop that handles all its completions before it polls again does.
+inline bool poll_io_due(worker* w) noexcept {
+    return ++w->io_ticks >= std::max(io_poll_interval, w->io_round);
+}
 
 // Wake a worker that sleeps, or is about to: on its futex, or in its I/O
 // engine's block().

@@ -60,7 +60,7 @@ fiber_ctx* steal_one(worker* w) noexcept {
 fiber_ctx* find_work(worker* w) noexcept {
     // Completions first: they make fibers ready here. relaxed: the owner's
     // own store.
-    if (io_engine* e = w->io.load(std::memory_order_relaxed)) e->ops->poll(e, false);
+    if (io_engine* e = w->io.load(std::memory_order_relaxed)) poll_io(w, e, false);
     drain_inject(w);
     if (fiber_ctx* f = pop_ready(w)) return f;
     return steal_one(w);
@@ -154,12 +154,9 @@ void yield_slow(worker* w) noexcept {
     // A fiber that yields in a loop while others wait for I/O (say, for a
     // flag their completion sets) never suspends and never lets the loop
     // run: while operations are in flight every yield comes here, and
-    // every io_poll_interval-th one submits and reaps.
+    // now and then (poll_io_due) one submits and reaps.
     if (io_engine* e = w->io.load(std::memory_order_relaxed)) [[unlikely]] {
-        if (++w->io_ticks >= io_poll_interval) {
-            w->io_ticks = 0;
-            e->ops->poll(e, true);
-        }
+        if (poll_io_due(w)) poll_io(w, e, true);
         if (e->ops->busy(e)) w->yield_check = 1;
     }
     drain_inject(w);

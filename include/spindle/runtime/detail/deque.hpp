@@ -120,6 +120,11 @@ public:
     [[nodiscard]] bool maybe_nonempty() const noexcept {
         return bottom_.load(std::memory_order_relaxed) > top_.load(std::memory_order_relaxed);
     }
+    // How many it holds: racy, exact for the owner when no thief is active.
+    [[nodiscard]] std::size_t size_hint() const noexcept {
+        const std::int64_t n = bottom_.load(std::memory_order_relaxed) - top_.load(std::memory_order_relaxed);
+        return n > 0 ? static_cast<std::size_t>(n) : 0;
+    }
     // seq_cst: the re-check of a parking worker (worker_loop.cpp, park_worker),
     // paired with push()'s seq_cst store of bottom.
     [[nodiscard]] bool empty_seq_cst() const noexcept {

@@ -206,6 +206,7 @@ struct alignas(arch::cache_line) worker {
     // stored after this, so a claimed worker's engine is always seen.
     std::atomic<io_engine*> io{nullptr};
     std::uint32_t io_ticks = 0;  // owner: suspensions since the last poll
+    std::uint32_t io_round = 0;  // owner: fibers ready after the last poll (poll_io)
 };
 
 // The worker whose thread this is; null on other threads. The variable
