@@ -6,27 +6,31 @@
 // token's reference count, and the stop state's lock taken twice), ~85 % of
 // uring_perform's samples in the echo benchmark. Instead each fiber gets,
 // on its first such wait, one callback for its whole life, and each wait
-// publishes itself in the relay's slot (one store and a fence) and takes
-// itself out again (one CAS):
+// puts itself into the relay's word with one fetch_or and takes itself out
+// with one fetch_and.
 //
-//     slot:  0           no wait in progress
-//            busy        the callback is reading the wait it took out
-//            target*     the fiber waits on this target
+// Relay word (a pointer to the wait's target, aligned, and two flags):
 //
-//   fiber (arm)                      callback (stop requested, any thread)
-//   slot = target (release)          [the stop state is set before it runs]
-//   fence seq_cst --------------+    fence seq_cst
-//   stop requested? -> request  +--- t = exchange(slot, busy)
-//   ... park ...                     t is a target -> request(t)
-//   CAS slot target -> 0,            slot = t (release)
-//     spinning while busy
+//      63                                        2     1        0
+//     +--------------------------------------------+---------+------+
+//     |     target of the wait in progress, or 0     | stopped | busy |
+//     +--------------------------------------------+---------+------+
 //
-// The two fences order "store the slot, then read the stop state" against
-// "set the stop state, then read the slot": at least one side sees the
-// other, so a stop requested around arming is never lost (both may see it:
-// a request is idempotent). The fiber cannot take its target out while the
-// callback holds it (busy), so the target outlives every request made on
-// it.
+//     stopped  the fiber's stop was requested (set once, by the callback)
+//     busy     the callback is requesting the target it found
+//
+//   fiber                                callback (once; any thread)
+//   old = fetch_or(target)               old = fetch_or(stopped | busy)
+//   old has stopped -> request(target)   old has a target -> request(it)
+//   ... park ...                         fetch_and(~busy)
+//   old = fetch_and(stopped | busy)
+//   old has busy -> spin until clear
+//
+// Both are read-modify-writes of one word, so one comes first: the
+// callback finds the target, or the fiber finds `stopped`; a stop requested
+// around a wait is never lost (both may see it: a request is idempotent).
+// A fiber that takes its target out while the callback holds it (busy)
+// waits, so the target outlives every request made on it.
 #include <atomic>
 #include <cstdint>
 #include <new>
@@ -42,23 +46,25 @@ namespace spindle::io::detail {
 namespace {
 
 constexpr std::uintptr_t busy = 1;
+constexpr std::uintptr_t stopped = 2;
+constexpr std::uintptr_t flags = busy | stopped;
 
 struct relay final : spindle::detail::stop_relay {
-    // The wait in progress (above). The callback's exchange (acq_rel) pairs
-    // with the fiber's release store in own_stop(); its release restore
-    // with the fiber's CAS in ~own_stop() (acquire).
-    std::atomic<std::uintptr_t> slot{0};
+    // The relay word (above). Every access is a read-modify-write (acq_rel)
+    // but the fiber's spin (acquire): the callback's fetch_or pairs with the
+    // fiber's, so it sees the target's fields; its fetch_and (release) with
+    // the fiber's fetch_and or spin, so its request is complete before the
+    // target goes away.
+    std::atomic<std::uintptr_t> word{0};
     struct fire {
         relay* r;
         void operator()() const noexcept {
-            // seq_cst: pairs with own_stop's fence (the table above).
-            std::atomic_thread_fence(std::memory_order_seq_cst);
-            std::uintptr_t t = r->slot.exchange(busy, std::memory_order_acq_rel);
-            if (t != 0) {
+            std::uintptr_t old = r->word.fetch_or(stopped | busy, std::memory_order_acq_rel);
+            if (auto t = old & ~flags; t != 0) {
                 auto* target = reinterpret_cast<cancel_target*>(t);
                 target->request(target);
             }
-            r->slot.store(t, std::memory_order_release);
+            r->word.fetch_and(~busy, std::memory_order_acq_rel);
         }
     };
     std::stop_callback<fire> cb;
@@ -83,26 +89,19 @@ bool own_stop_requested() noexcept {
 }
 
 own_stop::own_stop(cancel_target* target) : target_(target) {
-    spindle::detail::fiber_ctx* f = spindle::detail::running_fiber();
-    relay* r = relay_of(f);
+    static_assert(alignof(cancel_target) > flags, "the relay word keeps its flags in a target's low bits");
+    relay* r = relay_of(spindle::detail::running_fiber());
     relay_ = r;
-    // release: pairs with the callback's exchange (acquire half), which
-    // then sees the target's fields as they were written.
-    r->slot.store(reinterpret_cast<std::uintptr_t>(target), std::memory_order_release);
-    // seq_cst: pairs with the callback's fence (the table above).
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (f->stop.stop_requested()) target->request(target);
+    // acq_rel: the relay word's protocol (relay::word).
+    if (r->word.fetch_or(reinterpret_cast<std::uintptr_t>(target), std::memory_order_acq_rel) & stopped)
+        target->request(target);
 }
 
 own_stop::~own_stop() {
-    auto* r = static_cast<relay*>(relay_);
-    const auto mine = reinterpret_cast<std::uintptr_t>(target_);
-    std::uintptr_t want = mine;
-    // acquire: pairs with the callback's release restore, so its request on
-    // the target is complete before the target goes away.
-    while (!r->slot.compare_exchange_weak(want, 0, std::memory_order_acquire, std::memory_order_relaxed)) {
-        want = mine;
-        spindle::arch::cpu_relax();
+    auto& word = static_cast<relay*>(relay_)->word;
+    // acq_rel / acquire: the relay word's protocol (relay::word).
+    if (word.fetch_and(flags, std::memory_order_acq_rel) & busy) {
+        while (word.load(std::memory_order_acquire) & busy) spindle::arch::cpu_relax();
     }
 }
 
