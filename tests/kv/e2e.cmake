@@ -6,6 +6,7 @@
 # run_server_example.cmake does for the examples; in Python so that a
 # client's exit code 77 reaches ctest as a skip).
 #
+#   kv.e2e.protocol_conformance  byte-exact replies (tests/kv/protocol_conformance.py)
 #   kv.e2e.sigterm               exit status 0 on SIGTERM with connections open
 #
 # The clients come from Debian's libmemcached-tools, libmemcached-dev and
@@ -43,5 +44,6 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
                          ENVIRONMENT "PYTHONDONTWRITEBYTECODE=1" LABELS kv)
   endfunction()
 
+  kv_e2e_test(protocol_conformance CLIENT ${_kv_python} ${_kv_dir}/protocol_conformance.py --port @PORT@)
   kv_e2e_test(sigterm RUNNER_ARGS --expect-exit-0)
 endif()
