@@ -7,6 +7,7 @@
 # client's exit code 77 reaches ctest as a skip).
 #
 #   kv.e2e.protocol_conformance  byte-exact replies (tests/kv/protocol_conformance.py)
+#   kv.e2e.memccapable           libmemcached's memccapable -a (27 tests)
 #   kv.e2e.sigterm               exit status 0 on SIGTERM with connections open
 #
 # The clients come from Debian's libmemcached-tools, libmemcached-dev and
@@ -45,5 +46,10 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
   endfunction()
 
   kv_e2e_test(protocol_conformance CLIENT ${_kv_python} ${_kv_dir}/protocol_conformance.py --port @PORT@)
+  find_program(SPINDLE_MEMCCAPABLE memccapable)
+  if(SPINDLE_MEMCCAPABLE)
+    kv_e2e_test(memccapable CLIENT ${_kv_python} ${_kv_dir}/memccapable_test.py --port @PORT@
+                --memccapable ${SPINDLE_MEMCCAPABLE})
+  endif()
   kv_e2e_test(sigterm RUNNER_ARGS --expect-exit-0)
 endif()
