@@ -8,6 +8,7 @@
 #
 #   kv.e2e.protocol_conformance  byte-exact replies (tests/kv/protocol_conformance.py)
 #   kv.e2e.memccapable           libmemcached's memccapable -a (27 tests)
+#   kv.e2e.libmemcached          tests/kv/libmemcached_client.c
 #   kv.e2e.sigterm               exit status 0 on SIGTERM with connections open
 #
 # The clients come from Debian's libmemcached-tools, libmemcached-dev and
@@ -50,6 +51,16 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
   if(SPINDLE_MEMCCAPABLE)
     kv_e2e_test(memccapable CLIENT ${_kv_python} ${_kv_dir}/memccapable_test.py --port @PORT@
                 --memccapable ${SPINDLE_MEMCCAPABLE})
+  endif()
+  find_package(PkgConfig QUIET)
+  if(PKG_CONFIG_FOUND)
+    pkg_check_modules(SPINDLE_LIBMEMCACHED QUIET IMPORTED_TARGET libmemcached)
+  endif()
+  if(SPINDLE_LIBMEMCACHED_FOUND)
+    add_executable(kv_libmemcached_client kv/libmemcached_client.c)
+    target_link_libraries(kv_libmemcached_client PRIVATE PkgConfig::SPINDLE_LIBMEMCACHED spindle_warnings)
+    set_target_properties(kv_libmemcached_client PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
+    kv_e2e_test(libmemcached CLIENT $<TARGET_FILE:kv_libmemcached_client> 127.0.0.1 @PORT@)
   endif()
   kv_e2e_test(sigterm RUNNER_ARGS --expect-exit-0)
 endif()
