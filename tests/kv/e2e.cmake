@@ -9,6 +9,7 @@
 #   kv.e2e.protocol_conformance  byte-exact replies (tests/kv/protocol_conformance.py)
 #   kv.e2e.memccapable           libmemcached's memccapable -a (27 tests)
 #   kv.e2e.libmemcached          tests/kv/libmemcached_client.c
+#   kv.e2e.pymemcache            tests/kv/pymemcache_test.py
 #   kv.e2e.sigterm               exit status 0 on SIGTERM with connections open
 #
 # The clients come from Debian's libmemcached-tools, libmemcached-dev and
@@ -62,5 +63,6 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
     set_target_properties(kv_libmemcached_client PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
     kv_e2e_test(libmemcached CLIENT $<TARGET_FILE:kv_libmemcached_client> 127.0.0.1 @PORT@)
   endif()
+  kv_e2e_test(pymemcache CLIENT ${_kv_python} ${_kv_dir}/pymemcache_test.py --port @PORT@)
   kv_e2e_test(sigterm RUNNER_ARGS --expect-exit-0)
 endif()
