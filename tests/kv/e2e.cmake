@@ -10,6 +10,7 @@
 #   kv.e2e.memccapable           libmemcached's memccapable -a (27 tests)
 #   kv.e2e.libmemcached          tests/kv/libmemcached_client.c
 #   kv.e2e.pymemcache            tests/kv/pymemcache_test.py
+#   kv.e2e.connections_10k       10,000 connections open at once, all served
 #   kv.e2e.sigterm               exit status 0 on SIGTERM with connections open
 #
 # The clients come from Debian's libmemcached-tools, libmemcached-dev and
@@ -64,5 +65,8 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
     kv_e2e_test(libmemcached CLIENT $<TARGET_FILE:kv_libmemcached_client> 127.0.0.1 @PORT@)
   endif()
   kv_e2e_test(pymemcache CLIENT ${_kv_python} ${_kv_dir}/pymemcache_test.py --port @PORT@)
+  # The server raises its own descriptor limit for -c, as memcached does.
+  kv_e2e_test(connections_10k SERVER_ARGS -c 10240
+              CLIENT ${_kv_python} ${_kv_dir}/connections_test.py --port @PORT@ --connections 10000)
   kv_e2e_test(sigterm RUNNER_ARGS --expect-exit-0)
 endif()
