@@ -11,6 +11,7 @@
 #   kv.e2e.libmemcached          tests/kv/libmemcached_client.c
 #   kv.e2e.pymemcache            tests/kv/pymemcache_test.py
 #   kv.e2e.connections_10k       10,000 connections open at once, all served
+#   kv.e2e.disconnect_storm      3,000 clients vanishing mid-command, 200 at a time
 #   kv.e2e.sigterm               exit status 0 on SIGTERM with connections open
 #
 # The clients come from Debian's libmemcached-tools, libmemcached-dev and
@@ -49,11 +50,13 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
   endfunction()
 
   kv_e2e_test(protocol_conformance CLIENT ${_kv_python} ${_kv_dir}/protocol_conformance.py --port @PORT@)
+
   find_program(SPINDLE_MEMCCAPABLE memccapable)
   if(SPINDLE_MEMCCAPABLE)
     kv_e2e_test(memccapable CLIENT ${_kv_python} ${_kv_dir}/memccapable_test.py --port @PORT@
                 --memccapable ${SPINDLE_MEMCCAPABLE})
   endif()
+
   find_package(PkgConfig QUIET)
   if(PKG_CONFIG_FOUND)
     pkg_check_modules(SPINDLE_LIBMEMCACHED QUIET IMPORTED_TARGET libmemcached)
@@ -64,9 +67,17 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
     set_target_properties(kv_libmemcached_client PROPERTIES C_STANDARD 11 C_STANDARD_REQUIRED ON)
     kv_e2e_test(libmemcached CLIENT $<TARGET_FILE:kv_libmemcached_client> 127.0.0.1 @PORT@)
   endif()
+
   kv_e2e_test(pymemcache CLIENT ${_kv_python} ${_kv_dir}/pymemcache_test.py --port @PORT@)
+
   # The server raises its own descriptor limit for -c, as memcached does.
   kv_e2e_test(connections_10k SERVER_ARGS -c 10240
               CLIENT ${_kv_python} ${_kv_dir}/connections_test.py --port @PORT@ --connections 10000)
+
+  # (-c: the server notices a vanished client when it next reads, so more
+  # than the 200 at a time may still be open on its side.)
+  kv_e2e_test(disconnect_storm SERVER_ARGS -c 4096
+              CLIENT ${_kv_python} ${_kv_dir}/disconnect_storm_test.py --port @PORT@)
+
   kv_e2e_test(sigterm RUNNER_ARGS --expect-exit-0)
 endif()
