@@ -1496,5 +1496,180 @@ class IoSuiteTest(unittest.TestCase):
         self.assertLess(uring["median"], 1.0)
 
 
+def _kv_program() -> Path | None:
+    """spindle_bench_kv, where it is built."""
+    prog = _build_dir() / "bench" / "spindle_bench_kv"
+    return prog if os.access(prog, os.X_OK) else None
+
+
+def _memaslap() -> str | None:
+    return next((p for p in ("/usr/bin/memcaslap", "/usr/bin/memaslap") if os.access(p, os.X_OK)), None)
+
+
+# What memaslap -S 1s prints for a 2-second run (cut down: two periods, and
+# the Get and Set blocks that the parser must not count as the Total one).
+MEMASLAP_OUTPUT = """\
+servers: 127.0.0.1:40000
+threads count: 1
+concurrency: 64
+run time: 2s
+windows size: 10k
+set proportion: set_prop=0.10
+get proportion: get_prop=0.90
+\x1b[1;1H\x1b[2J
+Get Statistics
+Type     Time(s)  Ops          TPS(ops/s)   Net(M/s)   Get_miss   Min(us)  Max(us)    Avg(us)    Std_dev    Geo_dist
+Period   1        900          900          1.0        0          20       900        200        10.00      190.00
+Global   1        900          900          1.0        0          20       900        200        10.00      190.00
+
+Total Statistics
+Type     Time(s)  Ops          TPS(ops/s)   Net(M/s)   Get_miss   Min(us)  Max(us)    Avg(us)    Std_dev    Geo_dist
+Period   1        1000         1000         1.0        0          20       900        200        10.00      190.00
+Global   1        1000         1000         1.0        0          20       900        200        10.00      190.00
+
+\x1b[1;1H\x1b[2J
+Get Statistics
+Type     Time(s)  Ops          TPS(ops/s)   Net(M/s)   Get_miss   Min(us)  Max(us)    Avg(us)    Std_dev    Geo_dist
+Period   1        2700         2700         1.0        0          20       900        200        10.00      190.00
+Global   2        3600         1800         1.0        0          20       900        200        10.00      190.00
+
+Set Statistics
+Type     Time(s)  Ops          TPS(ops/s)   Net(M/s)   Get_miss   Min(us)  Max(us)    Avg(us)    Std_dev    Geo_dist
+Period   1        300          300          1.0        0          20       900        200        10.00      190.00
+Global   2        400          200          1.0        0          20       900        200        10.00      190.00
+
+Total Statistics
+Type     Time(s)  Ops          TPS(ops/s)   Net(M/s)   Get_miss   Min(us)  Max(us)    Avg(us)    Std_dev    Geo_dist
+Period   1        3000         3000         1.0        0          20       900        200        10.00      190.00
+Global   2        4000         2000         1.0        0          20       900        200        10.00      190.00
+
+Get Statistics (3600 events)
+   Min:        20
+   Max:       900
+   Avg:       200
+   Geo:    190.00
+   Std:     10.00
+   Log2 Dist:
+       4:        0        0        0     3600
+
+Total Statistics (4000 events)
+   Min:        20
+   Max:       900
+   Avg:       200
+   Geo:    190.00
+   Std:     10.00
+   Log2 Dist:
+       4:        0        0        0      100
+       8:     3000      860       40
+
+cmd_get: 3600
+cmd_set: 400
+get_misses: 36
+written_bytes: 1000
+read_bytes: 1000
+object_bytes: 1000
+
+Run time: 2.0s Ops: 4000 TPS: 2000 Net_rate: 1.0M/s
+"""
+
+
+@unittest.skipUnless(_kv_program(), "spindle_bench_kv is not built (cmake --preset release)")
+class KvSuiteTest(unittest.TestCase):
+    """The kv suite program: its reading of memaslap's output, and, where
+    memcached and memaslap are installed, the records it writes with
+    memcached standing in for spindle-kv."""
+
+    def parse(self, text: str) -> dict:
+        with tempfile.TemporaryDirectory() as d:
+            path = Path(d) / "memaslap.txt"
+            path.write_text(text, encoding="utf-8")
+            p = subprocess.run([str(_kv_program()), "--parse-memaslap", str(path)],
+                               capture_output=True, text=True, timeout=60)
+        self.assertEqual(p.returncode, 0, p.stderr)
+        return {k: float(v) for k, v in (w.split("=") for w in p.stdout.split())}
+
+    def test_memaslap_parser(self):
+        got = self.parse(MEMASLAP_OUTPUT)
+        self.assertEqual(got["periods"], 2)
+        self.assertEqual(got["window_ops"], 3000)  # the Total rows after the first
+        self.assertEqual(got["events"], 4000)
+        self.assertEqual((got["min_us"], got["max_us"]), (20, 900))
+        self.assertEqual((got["cmd_get"], got["get_misses"]), (3600, 36))
+        self.assertEqual(got["finished"], 1)
+        # The Total histogram: bucket i holds (2^(i-1), 2^i] us. The median
+        # (rank 2000) is in bucket 8 after 100 below it: 128 + 128 * 1900/3000;
+        # the 99th percentile (rank 3960) ends bucket 9 exactly: 512.
+        self.assertAlmostEqual(got["p50_us"], 128 + 128 * 1900 / 3000, places=2)
+        self.assertAlmostEqual(got["p99_us"], 512, places=2)
+
+    def test_memaslap_parser_clamps_and_cut_short(self):
+        # A percentile in the top bucket is clamped to memaslap's max; an
+        # output without "Run time:" (memaslap killed) is not finished.
+        text = MEMASLAP_OUTPUT.replace("   Max:       900", "   Max:       700")
+        text = text.replace("       8:     3000      860       40", "       8:        0        0     3900")
+        got = self.parse(text.split("Run time:")[0])
+        self.assertEqual(got["finished"], 0)
+        self.assertLessEqual(got["p99_us"], 700)
+        self.assertGreater(got["p99_us"], 512)
+
+    def run_kv(self, *args: str) -> tuple[subprocess.CompletedProcess, list[dict]]:
+        with tempfile.TemporaryDirectory() as d:
+            out = Path(d) / "kv.jsonl"
+            p = subprocess.run([str(_kv_program()), "--out", str(out), *args],
+                               capture_output=True, text=True, timeout=600)
+            self.assertEqual(p.returncode, 0, p.stderr)
+            records, errors = bench.records.load_jsonl(out)
+            self.assertEqual(errors, [], p.stderr)
+        return p, records
+
+    @staticmethod
+    def by(records: list[dict], variant: str, metric: str) -> list[dict]:
+        return [r for r in records if r["variant"] == variant and r["metric"] == metric]
+
+    def stand_in(self, d: str) -> str:
+        """A spindle-kv that is memcached (as root it needs -u root)."""
+        path = Path(d) / "spindle-kv"
+        user = " -u root" if os.geteuid() == 0 else ""
+        path.write_text(f'#!/bin/sh\nexec /usr/bin/memcached{user} "$@"\n')
+        path.chmod(0o755)
+        return str(path)
+
+    @unittest.skipUnless(os.access("/usr/bin/memcached", os.X_OK) and _memaslap(),
+                         "memcached or memaslap is not installed (scripts/deps.sh bench)")
+    def test_mix_records_with_memcached_standing_in(self):
+        with tempfile.TemporaryDirectory() as d:
+            p, records = self.run_kv("--only", "get90_64b", "--reps", "1", "--seconds", "1",
+                                     "--variants", "memcached,spindle_kv", "--spindle-kv", self.stand_in(d))
+        for v in ("memcached", "spindle_kv"):
+            for m in ("ops_per_s", "latency_p50_us", "latency_p99_us", "latency_avg_us",
+                      "server_cpu_us_per_op", "client_cpu_share", "get_miss_pct"):
+                (r,) = self.by(records, v, m)
+                self.assertNotIn("status", r, p.stderr)
+                self.assertEqual(r["params"], {"conns": 64, "size": 64, "workers": 1})
+                self.assertEqual(r["reps"], 1)
+                self.assertEqual(r.get("reference", False), v == "memcached", r)
+            self.assertGreater(self.by(records, v, "ops_per_s")[0]["median"], 0)
+            p50, p99 = (self.by(records, v, m)[0]["median"] for m in ("latency_p50_us", "latency_p99_us"))
+            self.assertGreater(p50, 0)
+            self.assertLessEqual(p50, p99)
+            share = self.by(records, v, "client_cpu_share")[0]["median"]
+            self.assertGreater(share, 0)
+            self.assertLess(share, 1.1)
+            # memaslap gets only the keys it has set, and 1 GiB holds them.
+            self.assertEqual(self.by(records, v, "get_miss_pct")[0]["median"], 0)
+        self.assertNotIn("memcached_preload_hemlock_park", {r["variant"] for r in records})
+
+    @unittest.skipUnless(os.access("/usr/bin/memcached", os.X_OK), "memcached is not installed")
+    def test_idle_and_a_missing_spindle_kv(self):
+        p, records = self.run_kv("--only", "idle", "--idle-conns", "200", "--variants",
+                                 "memcached,spindle_kv", "--spindle-kv", "/nonexistent/spindle-kv")
+        (rss,) = self.by(records, "memcached", "rss_kib_per_conn")
+        self.assertEqual(rss["params"], {"conns": 200})
+        self.assertGreater(rss["median"], 0)  # memcached's conn structure, at least
+        self.assertTrue(rss.get("reference"))
+        (kv,) = self.by(records, "spindle_kv", "rss_kib_per_conn")
+        self.assertEqual(kv["status"], "skipped")
+        self.assertIn("not built: no /nonexistent/spindle-kv", kv["reason"])
+
 if __name__ == "__main__":
     unittest.main()
