@@ -1659,6 +1659,18 @@ class KvSuiteTest(unittest.TestCase):
             self.assertEqual(self.by(records, v, "get_miss_pct")[0]["median"], 0)
         self.assertNotIn("memcached_preload_hemlock_park", {r["variant"] for r in records})
 
+    def test_a_server_that_cannot_start_is_skipped_with_its_reason(self):
+        with tempfile.TemporaryDirectory() as d:
+            bad = Path(d) / "memcached"
+            bad.write_text("#!/bin/sh\necho 'no cache for me' >&2\nexit 3\n")
+            bad.chmod(0o755)
+            p, records = self.run_kv("--only", "idle", "--idle-conns", "10", "--variants", "memcached",
+                                     "--memcached", str(bad))
+        (r,) = self.by(records, "memcached", "rss_kib_per_conn")
+        self.assertEqual(r["status"], "skipped", p.stderr)
+        self.assertIn("exited with status 3 before accepting", r["reason"])
+        self.assertIn("no cache for me", r["reason"])
+
     @unittest.skipUnless(os.access("/usr/bin/memcached", os.X_OK), "memcached is not installed")
     def test_idle_and_a_missing_spindle_kv(self):
         p, records = self.run_kv("--only", "idle", "--idle-conns", "200", "--variants",
