@@ -48,11 +48,17 @@ void wake_all_workers(scheduler_state* s) noexcept;
 // runs out of fibers does it at once.
 inline constexpr std::uint32_t io_poll_interval = 64;
 
-// Poll the engine (submit, and make the completed fibers ready) and note how
-// many fibers are ready after it: the round the next periodic poll waits for.
+// Poll the engine (make the completed fibers ready; with may_enter, also
+// submit and collect what the kernel holds) and note how many fibers are
+// ready after it: the round the next periodic poll waits for. Only a poll
+// that may enter restarts the count: the loop's own polls do not enter
+// (find_work), and a worker that never runs out of work -- say, a fiber
+// that yields and sleeps a microsecond by turns -- would otherwise never
+// reach a poll that does, and never see a completion the kernel holds back
+// for its next io_uring_enter (DEFER_TASKRUN).
 inline void poll_io(worker* w, io_engine* e, bool may_enter) noexcept {
     e->ops->poll(e, may_enter);
-    w->io_ticks = 0;
+    if (may_enter) w->io_ticks = 0;
     w->io_round = static_cast<std::uint32_t>(std::min<std::size_t>(w->deque.size_hint(), UINT32_MAX));
 }
 
