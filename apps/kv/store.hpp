@@ -22,34 +22,61 @@
 //   put replace | stored if a live item, else not_stored
 //   put append, | the live item's value grows by `value`; flags and exptime
 //     prepend   | of the old item are kept (the arguments are ignored);
-//               | not_stored if no live item
+//               | not_stored if no live item, or if the grown item would
+//               | exceed item_size_max (memcached's allocation fails there)
 //   put cas     | stored if a live item whose cas is `cas_unique`; exists if
-//               | a live item with another cas; not_found if none
-//   any put     | too_large if key + value exceed item_size_max (a set of a
-//               | too-large value also deletes the old item, as memcached
-//               | does); no_memory if nothing can be evicted to make room
+//               | a live item with another cas, and always with a
+//               | cas_unique of 0 or with use_cas = false (memcached 1.6.18
+//               | with -C answers EXISTS to every cas on a live item);
+//               | not_found if none
+//   any put     | too_large if key + value exceed item_size_max; no_memory
+//               | if the item is larger than memory_limit or nothing can be
+//               | evicted to make room. A set that fails either way also
+//               | deletes the old item, as memcached does. A put whose
+//               | exptime is already past is stored and dead at once.
 //   get         | calls sink(info, value) for a live item, returns true
-//   touch       | a live item gets a new exptime; false if none
-//   get_and_touch | both, in one lock hold (gat/gats)
+//   touch       | a live item gets a new exptime; false if none (its cas
+//               | stays; an exptime in the past removes it)
+//   get_and_touch | both, in one lock hold (gat/gats): the sink sees the
+//               | item even when the new exptime has already passed
 //   remove      | true if a live item was removed
 //   delta       | incr/decr of a decimal value that fits 64 bits: incr wraps
-//               | at 2^64, decr stops at 0; the value is rewritten in
-//               | decimal (memcached keeps the length on decr, padding with
-//               | spaces; we do the same). not_found, or non_numeric when
-//               | the value is not a decimal number of at most 20 digits
-//   flush_all   | every item stored at or before the flush time (now +
-//               | delay, or now with delay 0) is dead from that time on
+//               | at 2^64, decr stops at 0. The value is read as memcached
+//               | 1.6.18's safe_strtoull reads it: leading whitespace, an
+//               | optional sign, digits (any number of them, while the value
+//               | is at most 2^64 - 1), then the end, whitespace or a NUL
+//               | ("5 abc" is 5); a '-' is refused when the result is
+//               | negative as a signed number. When the new number has no
+//               | more digits than the old value had bytes, it is written
+//               | in place, padded with spaces to the old length, with a new
+//               | cas: "100" decr 95 reads "5  ", "005" incr 1 reads "6  "
+//               | (as memcached). Longer: a new item of just the digits
+//               | ("99" incr 1 is "100"). not_found; non_numeric;
+//               | no_memory when the longer item finds no room
+//   flush_all   | memcached's flush_all [delay]: with cas, the flush takes
+//               | effect at now + delay - 1 (a delay <= 0: now - 1) and
+//               | kills every item stored at or before that second; an
+//               | immediate one also kills every item with an older cas, so
+//               | items stored later in the same second survive. Without
+//               | cas (use_cas = false) it takes effect at now + delay (or
+//               | now) and kills items stored in that second too, even after
+//               | the flush. delay is an exptime: over 30 days, a Unix time
 //
 // Every stored item gets a new cas value from one counter (strictly
 // increasing, never 0), as memcached does unless run with -C; with
 // use_cas = false every item's cas is 0, and a cas command behaves as
-// memcached -C's does (check against the real memcached).
+// memcached -C's does: EXISTS on a live item, NOT_FOUND otherwise. One key's
+// successive items get increasing values (the cas is taken under the
+// shard's lock, when the item is linked).
 //
 // Expiry times come as the client sent them (protocol.txt "Expiration
 // times"): 0 never; a negative number: already expired; up to 30 days
 // (2,592,000 s): seconds from now; larger: an absolute Unix time. A dead
 // item (expired or flushed) is never returned and is reclaimed lazily: when
-// found by a lookup, and from an LRU's tail before anything live is evicted.
+// found by a lookup, and, before anything live is evicted, by a sweep of
+// every shard that may hold dead items (one that holds items with an
+// exptime and was not swept since the clock last moved, or one not swept
+// since a flush_all took effect).
 //
 // Memory: every item is charged its key, value and a fixed per-item
 // overhead (item_overhead, below) against one global budget, memory_limit.
@@ -59,7 +86,9 @@
 // and eviction gives an active item a second chance, as memcached's
 // segmented LRU does). Eviction starts at the shard being written and moves
 // on to other shards until enough is free, so no item is ever evicted while
-// the live items plus the new one fit within memory_limit.
+// the live items plus the new one fit within memory_limit (exactly so when
+// no other put runs at the same time; concurrent puts may each evict for
+// the others' reservations).
 #pragma once
 
 #include <cstddef>
@@ -95,7 +124,9 @@ enum class put_status : std::uint8_t {
     no_memory,   // SERVER_ERROR out of memory storing object
 };
 
-enum class delta_status : std::uint8_t { ok, not_found, non_numeric };
+// no_memory: SERVER_ERROR out of memory (the number grew longer and no room
+// could be made for it).
+enum class delta_status : std::uint8_t { ok, not_found, non_numeric, no_memory };
 
 struct item_info {
     std::uint32_t flags;
@@ -103,9 +134,9 @@ struct item_info {
 };
 
 // The store's notion of now: seconds since some origin. Tests pass their own
-// to move time forward; the default reads CLOCK_MONOTONIC (whole seconds)
-// and maps absolute Unix times through CLOCK_REALTIME at construction, as
-// memcached's process_started does.
+// to move time forward; the default reads CLOCK_MONOTONIC_COARSE (whole
+// seconds since construction) and maps absolute Unix times through
+// CLOCK_REALTIME at construction, as memcached's process_started does.
 struct clock_source {
     std::function<std::uint32_t()> now;  // seconds since the store's origin
     std::time_t origin_unix = 0;         // Unix time of now() == 0
@@ -116,7 +147,7 @@ struct store_stats {
     std::uint64_t total_items = 0;  // successful puts since start
     std::uint64_t bytes = 0;        // charged bytes of current items
     std::uint64_t evictions = 0;    // live items evicted for room
-    std::uint64_t reclaimed = 0;    // dead items whose memory was reused
+    std::uint64_t reclaimed = 0;    // dead items freed (on lookup, or to make room)
     std::uint64_t expired_unfetched = 0;
     std::uint64_t evicted_unfetched = 0;
     std::uint64_t limit_maxbytes = 0;
