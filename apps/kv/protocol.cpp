@@ -506,6 +506,9 @@ bool session::dispatch(std::string_view line) {
         case delta_status::non_numeric:
             reply("CLIENT_ERROR cannot increment or decrement non-numeric value");
             break;
+        default:  // a store whose delta can run out of room (no_memory): memcached's EOM answer
+            reply("SERVER_ERROR out of memory");
+            break;
         }
         return true;
     }
