@@ -133,7 +133,7 @@ struct run_options {
     std::string parse_only;                  // --parse-memaslap FILE
 };
 
-std::string exe_dir() {
+[[maybe_unused]] std::string exe_dir() {  // where the build put neither path
     std::error_code ec;
     auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
     return ec ? std::string(".") : p.parent_path().string();
