@@ -76,13 +76,13 @@
 //   version                             | VERSION 1.6.18-spindle-kv
 //   shutdown                            | ERROR: shutdown not enabled
 //   quit [anything]                     | no reply; close
-//   no \n in the first 2048 bytes of a  | close, without a reply, unless the line starts
+//   no \n in the first 16 KiB of a      | close, without a reply, unless the line starts
 //     line                              |   with "get " or "gets " (after at most 100
 //                                       |   spaces): a long multiget goes on, up to
 //                                       |   get_line_max, then closes (*2)
 //   a first byte 0x80 (binary protocol) | not spoken: the bytes are an ASCII line like
 //                                       |   any other: ERROR once a \n arrives, close
-//                                       |   after 2048 bytes without one (memcached -B
+//                                       |   after 16 KiB without one (memcached -B
 //                                       |   ascii does the same; a binary client sees no
 //                                       |   reply it can parse and should time out)
 //   the peer leaves mid-command or      | nothing is stored; the connection's buffers
@@ -94,9 +94,12 @@
 // bytes>\r\n" answers only the CLIENT_ERROR); we keep them: a quirk of its
 // response objects that no client relies on.
 //
-// (*2) memcached decides after each read of up to 16 KiB, so a longer
-// line that reaches it within one read ("x" * 9000 + "\r\n" sent at once)
-// gets ERROR there; here the limit does not depend on how reads split.
+// (*2) memcached decides after each read of up to 16 KiB (its read
+// buffer): a line with no \n among more than 2048 bytes read closes, but a
+// longer one that reaches it within one read ("x" * 3000 + "\r\n" sent at
+// once) gets ERROR. Here the limit is that read buffer's size, whatever
+// the reads: a line memcached answers, we answer; one that arrives slowly
+// may grow to 16 KiB before we close, where memcached closes at 2 KiB.
 //
 // Counters not kept: get_expired and get_flushed stay 0 (the store does not
 // say why a key missed); meta commands (mg, ms, md, ...) are unknown: ERROR.
@@ -205,8 +208,8 @@ enum class action : std::uint8_t {
 
 class session {
 public:
-    static constexpr std::size_t initial_buffer = 2048 + 512;  // holds a 2048-byte line
-    static constexpr std::size_t line_max = 2048;              // memcached's, before a \n
+    static constexpr std::size_t initial_buffer = 2048 + 512;  // holds most lines
+    static constexpr std::size_t line_max = 16384;             // memcached's read buffer, before a \n (*2)
     static constexpr std::size_t get_line_max = std::size_t{1} << 20;
 
     explicit session(server_context& ctx);
