@@ -22,9 +22,11 @@
 // them all, and the process exits 0.
 #include <getopt.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -176,6 +178,19 @@ int main(int argc, char** argv) {
 
     auto at = address.find(':') != std::string::npos ? io::endpoint::ipv6(address, port) : io::endpoint::ipv4(address, port);
     if (!at) bad_usage("bad address for -l: %s", address.c_str());
+
+    // Room for -c connections and a few descriptors of our own, as
+    // memcached makes it: the soft limit raised toward the hard one. Short
+    // of that, accept sees EMFILE and waits (below); -v says so here.
+    if (rlimit rl{}; ::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+        const rlim_t want = static_cast<rlim_t>(max_conns) + 64;
+        if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+            rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? want : std::min(want, rl.rlim_max);
+            if (::setrlimit(RLIMIT_NOFILE, &rl) != 0 || (verbose && rl.rlim_cur < want))
+                std::fprintf(stderr, "spindle-kv: only %llu descriptors for -c %zu connections\n",
+                             static_cast<unsigned long long>(rl.rlim_cur), max_conns);
+        }
+    }
 
     // Before any thread starts: every thread inherits the blocked signals,
     // so SIGTERM/SIGINT reach only the signalfd.
