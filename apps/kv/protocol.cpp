@@ -16,25 +16,33 @@ namespace spindle::kv {
 
 namespace {
 
-// The numbers of a command line, as memcached's safe_strto* read them:
-// strtoull/strtol over the whole token ("+5" is 5). A '-' before an
-// unsigned number is refused unless the value it wraps to is still below
-// 2^63 (so "-0" passes, as with strtoull).
-bool parse_u64(std::string_view t, std::uint64_t& out) noexcept {
+// A number token as strtoull/strtol read it: an optional sign, then digits
+// only, the magnitude at most `limit` (beyond it: ERANGE, false).
+bool sign_and_digits(std::string_view t, bool& neg, std::uint64_t& v, std::uint64_t limit) noexcept {
     std::size_t i = 0;
-    bool neg = false;
+    neg = false;
     if (!t.empty() && (t[0] == '+' || t[0] == '-')) {
         neg = t[0] == '-';
         i = 1;
     }
     if (i == t.size()) return false;
-    std::uint64_t v = 0;
+    v = 0;
     for (; i < t.size(); ++i) {
         auto d = static_cast<unsigned>(static_cast<unsigned char>(t[i]) - '0');
-        if (d > 9) return false;
-        if (v > (UINT64_MAX - d) / 10) return false;  // ERANGE
+        if (d > 9 || v > (limit - d) / 10) return false;
         v = v * 10 + d;
     }
+    return true;
+}
+
+// The numbers of a command line, as memcached's safe_strto* read them:
+// strtoull/strtol over the whole token ("+5" is 5). A '-' before an
+// unsigned number is refused unless the value it wraps to is still below
+// 2^63 (so "-0" passes, as with strtoull).
+bool parse_u64(std::string_view t, std::uint64_t& out) noexcept {
+    bool neg;
+    std::uint64_t v;
+    if (!sign_and_digits(t, neg, v, UINT64_MAX)) return false;
     if (neg) {
         v = 0 - v;
         if (static_cast<std::int64_t>(v) < 0) return false;
@@ -47,20 +55,10 @@ bool parse_u64(std::string_view t, std::uint64_t& out) noexcept {
 // 32 (memcached stores it through an int32_t; exptime 99999999999 becomes
 // a time in 2008).
 bool parse_i32(std::string_view t, std::int32_t& out) noexcept {
-    std::size_t i = 0;
-    bool neg = false;
-    if (!t.empty() && (t[0] == '+' || t[0] == '-')) {
-        neg = t[0] == '-';
-        i = 1;
-    }
-    if (i == t.size()) return false;
-    std::uint64_t v = 0;
-    for (; i < t.size(); ++i) {
-        auto d = static_cast<unsigned>(static_cast<unsigned char>(t[i]) - '0');
-        if (d > 9) return false;
-        v = v * 10 + d;
-        if (v > std::uint64_t{INT64_MAX} + (neg ? 1 : 0)) return false;  // ERANGE
-    }
+    bool neg;
+    std::uint64_t v;
+    if (!sign_and_digits(t, neg, v, std::uint64_t{INT64_MAX} + 1)) return false;
+    if (!neg && v > std::uint64_t{INT64_MAX}) return false;  // ERANGE
     std::uint64_t bits = neg ? 0 - v : v;
     out = static_cast<std::int32_t>(static_cast<std::uint32_t>(bits));
     return true;
