@@ -1,5 +1,5 @@
 // bench/harness/runners.hpp — what the fiber benchmarks (bench/ces,
-// bench/cqs) share: fail(), and the runners that run body(k) for k in [0, n)
+// bench/cqs) share: fail() (fail.hpp), and the runners that run body(k) for k in [0, n)
 // as n fibers on spindle, n fibers on Boost.Fiber, or on OS threads, and
 // return the wall time in ns from the start of the first to the end of the
 // last. Building and tearing down the executor is not timed.
@@ -19,7 +19,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
-#include <cstdarg>
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
@@ -35,26 +34,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "fail.hpp"
 #include "harness.hpp"
 
 namespace spindle::bench {
 
 inline constexpr std::size_t runner_stack_bytes = 64 * 1024;  // every fiber, spindle and Boost
 inline constexpr int child_timeout_s = 600;                    // a hung boost_fiber child is killed (SIGALRM)
-
-// Prints "<program>: <message>" and exits. _Exit: also used in forked
-// children and inside fibers, where running static destructors (Boost's
-// scheduler registry) could hang.
-[[noreturn]] __attribute__((format(printf, 1, 2))) inline void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    std::fprintf(stderr, "%s: ", program_invocation_short_name);
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::fflush(nullptr);
-    std::_Exit(1);
-}
 
 // spindle: a root fiber spawns the actors (on its worker; idle workers steal
 // them) and joins them, like Boost's main fiber below.

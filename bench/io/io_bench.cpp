@@ -102,7 +102,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -115,16 +114,10 @@
 #include <string>
 #include <vector>
 
-#include <arpa/inet.h>
 #include <fcntl.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <spindle/io.hpp>
@@ -132,27 +125,30 @@
 
 #include "../harness/harness.hpp"
 #include "../harness/options.hpp"
+#include "../harness/process.hpp"
 
 namespace {
 
+using spindle::bench::await_accepting;
+using spindle::bench::child;
+using spindle::bench::cpu_fallback;
+using spindle::bench::ended;
+using spindle::bench::fail;
+using spindle::bench::finish;
+using spindle::bench::free_port;
 using spindle::bench::harness;
+using spindle::bench::how_it_ended;
+using spindle::bench::last_words;
 using spindle::bench::metric;
 using spindle::bench::now_ns;
 using spindle::bench::param;
 using spindle::bench::params;
+using spindle::bench::process_cpu_s;
+using spindle::bench::read_line;
+using spindle::bench::rss_kib;
+using spindle::bench::spawn;
 using spindle::bench::summary;
 using spindle::bench::variant;
-
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    std::fprintf(stderr, "spindle_bench_io: ");
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::fflush(nullptr);
-    std::_Exit(1);
-}
 
 constexpr int server_cpu = 1;     // pinned: the server here, the generator on 0
 constexpr int generator_cpu = 0;
@@ -227,168 +223,6 @@ std::string program_missing(const std::string& dir, const std::string& program) 
     return why;
 }
 
-int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) fail("socket: %s", std::strerror(errno));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-        fail("cannot find a free port: %s", std::strerror(errno));
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-bool accepts(int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return false;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const bool ok = connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
-    close(fd);
-    return ok;
-}
-
-// A child process: its pid, the write end of its stdin (-1: none) and the
-// read end of its stdout and stderr together; what it wrote is kept.
-struct child {
-    pid_t pid = -1;
-    int in = -1, out = -1;
-    std::string text;
-    bool reaped = false;
-    int status = 0;
-};
-
-// Starts `argv` (argv[0] a path) with `env` added to ours, pinned to `cpu`
-// (-1: not pinned); watched by the harness (watch_child). Everything is
-// built before the fork: between it and the exec only system calls.
-child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int cpu, bool with_stdin) {
-    std::vector<std::string> env_store;
-    for (char** e = environ; *e != nullptr; ++e) {
-        bool replaced = false;
-        for (const std::string& x : env)
-            if (std::strncmp(*e, x.c_str(), x.find('=') + 1) == 0) replaced = true;
-        if (!replaced) env_store.emplace_back(*e);
-    }
-    env_store.insert(env_store.end(), env.begin(), env.end());
-    std::vector<char*> envp, argvp;
-    for (auto& e : env_store) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_store = argv;
-    for (auto& a : argv_store) argvp.push_back(a.data());
-    argvp.push_back(nullptr);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (cpu >= 0) CPU_SET(cpu, &set);
-
-    int out_fds[2], in_fds[2] = {-1, -1};
-    if (pipe2(out_fds, O_CLOEXEC) != 0 || (with_stdin && pipe2(in_fds, O_CLOEXEC) != 0))
-        fail("pipe: %s", std::strerror(errno));
-    const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid < 0) fail("fork: %s", std::strerror(errno));
-    if (pid == 0) {
-        if (cpu >= 0 && sched_setaffinity(0, sizeof set, &set) != 0) _exit(126);
-        dup2(with_stdin ? in_fds[0] : devnull, STDIN_FILENO);
-        dup2(out_fds[1], STDOUT_FILENO);
-        dup2(out_fds[1], STDERR_FILENO);
-        execve(argvp[0], argvp.data(), envp.data());
-        _exit(127);
-    }
-    spindle::bench::watch_child(pid);  // killed by the harness's watchdog if the measurement hangs
-    close(devnull);
-    close(out_fds[1]);
-    child c;
-    c.pid = pid;
-    c.out = out_fds[0];
-    if (with_stdin) {
-        close(in_fds[0]);
-        c.in = in_fds[1];
-    }
-    return c;
-}
-
-// Reads what `c` writes until a line starting with `prefix` (returned,
-// without its newline), its end of output (""), or `deadline` ("").
-std::string read_line(child& c, const std::string& prefix, double deadline) {
-    std::size_t scanned = 0;
-    for (;;) {
-        for (std::size_t nl; (nl = c.text.find('\n', scanned)) != std::string::npos; scanned = nl + 1) {
-            const std::string line = c.text.substr(scanned, nl - scanned);
-            if (line.compare(0, prefix.size(), prefix) == 0) {
-                c.text.erase(0, nl + 1);
-                return line;
-            }
-        }
-        const double left_ms = (deadline - now_ns()) / 1e6;
-        if (left_ms <= 0 || c.out < 0) return {};
-        pollfd p{c.out, POLLIN, 0};
-        const int k = poll(&p, 1, static_cast<int>(std::min(left_ms, 1000.0)) + 1);
-        if (k < 0 && errno != EINTR) fail("poll: %s", std::strerror(errno));
-        if (k <= 0) continue;
-        char buf[4096];
-        const ssize_t n = read(c.out, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            close(c.out);
-            c.out = -1;
-            continue;
-        }
-        c.text.append(buf, static_cast<std::size_t>(n));
-    }
-}
-
-// Whether `c` has ended (reaped then, its status kept).
-bool ended(child& c) {
-    if (c.reaped) return true;
-    siginfo_t info{};
-    if (waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0)
-        return false;
-    if (!spindle::bench::reap_child(c.pid, c.status)) fail("waitpid: %s", std::strerror(errno));
-    c.reaped = true;
-    // Killed with SIGKILL and not by us: perhaps the watchdog, on its way
-    // to a restart (it then never returns).
-    if (WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL) spindle::bench::after_child_killed();
-    return true;
-}
-
-// Ends `c` and reaps it: its stdin closed, it gets `grace_s` to end on its
-// own (the generator then closes its connections), then SIGKILL.
-void finish(child& c, double grace_s = 0) {
-    if (c.in >= 0) close(c.in);
-    c.in = -1;
-    const double deadline = now_ns() + grace_s * 1e9;
-    while (!ended(c) && now_ns() < deadline) usleep(1000);
-    if (!ended(c)) {
-        kill(c.pid, SIGKILL);
-        if (!spindle::bench::reap_child(c.pid, c.status)) fail("waitpid: %s", std::strerror(errno));
-        c.reaped = true;
-    }
-    if (c.out >= 0) close(c.out);
-    c.out = -1;
-}
-
-std::string how_it_ended(const child& c) {
-    char buf[64];
-    if (WIFSIGNALED(c.status)) std::snprintf(buf, sizeof buf, "killed by signal %d", WTERMSIG(c.status));
-    else if (WEXITSTATUS(c.status) == 127) std::snprintf(buf, sizeof buf, "could not be run (exec failed)");
-    else if (WEXITSTATUS(c.status) == 126) std::snprintf(buf, sizeof buf, "could not be pinned");
-    else std::snprintf(buf, sizeof buf, "exited with status %d", WEXITSTATUS(c.status));
-    return buf;
-}
-
-std::string last_words(std::string text) {
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (text.size() > 300) text = "..." + text.substr(text.size() - 300);
-    std::replace(text.begin(), text.end(), '\n', ' ');
-    return text.empty() ? "" : ": " + text;
-}
-
 struct server {
     child proc;
     int port = 0;
@@ -405,52 +239,8 @@ server start_server(const run_options& o, const server_kind& k, unsigned workers
     if (!k.env.empty()) env.push_back(k.env);
     if (k.go) env.push_back("GOMAXPROCS=" + std::to_string(workers));
     s.proc = spawn(argv, env, pinned ? server_cpu : -1, false);
-    const double deadline = now_ns() + start_limit_s * 1e9;
-    for (;;) {
-        if (ended(s.proc)) {
-            (void)read_line(s.proc, "\x01", now_ns() + 2e8);  // what it said before it went
-            why = k.name + "'s server " + how_it_ended(s.proc) + " before accepting" + last_words(s.proc.text);
-            finish(s.proc);
-            return s;
-        }
-        if (accepts(s.port)) return s;
-        if (now_ns() > deadline) {
-            finish(s.proc);
-            why = k.name + "'s server did not accept connections within " + param::number(start_limit_s) + " s";
-            return s;
-        }
-        usleep(5000);
-    }
-}
-
-// CPU time of process `pid` so far (every thread, those ended too), s.
-double process_cpu_s(pid_t pid) {
-    clockid_t clk;
-    timespec ts{};
-    if (clock_getcpuclockid(pid, &clk) == 0 && clock_gettime(clk, &ts) == 0)
-        return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-    // /proc/PID/stat: utime and stime (fields 14 and 15), in clock ticks.
-    std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-    const std::size_t paren = s.rfind(')');
-    if (paren == std::string::npos) fail("cannot read the CPU time of process %d", static_cast<int>(pid));
-    std::istringstream in(s.substr(paren + 2));
-    std::string field;
-    double utime = 0, stime = 0;
-    for (int i = 3; i <= 15 && in >> field; ++i) {
-        if (i == 14) utime = std::strtod(field.c_str(), nullptr);
-        if (i == 15) stime = std::strtod(field.c_str(), nullptr);
-    }
-    return (utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
-// VmRSS of process `pid`, KiB (-1: unreadable).
-double rss_kib(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.compare(0, 6, "VmRSS:") == 0) return std::strtod(line.c_str() + 6, nullptr);
-    return -1;
+    why = await_accepting(s.proc, s.port, k.name, start_limit_s);
+    return s;
 }
 
 // `name=value` from the generator's output line.
@@ -496,9 +286,9 @@ double pingpong_measure(const run_options& o, const server_kind& k, const pingpo
     const double limit_s = spindle::bench::child_limit_s(30 + o.warmup + o.seconds + pt.conns / 100.0);
     const double deadline = now_ns() + limit_s * 1e9;
     std::string start = read_line(g, "start", deadline);
-    const double cpu0 = start.empty() ? 0 : process_cpu_s(s.proc.pid);
+    const double cpu0 = start.empty() ? 0 : process_cpu_s(s.proc.pid, cpu_fallback::proc_stat);
     std::string end = start.empty() ? "" : read_line(g, "end ", deadline);
-    const double cpu1 = end.empty() ? 0 : process_cpu_s(s.proc.pid);
+    const double cpu1 = end.empty() ? 0 : process_cpu_s(s.proc.pid, cpu_fallback::proc_stat);
     const bool server_alive = !ended(s.proc);
     if (end.empty()) {
         const bool late = now_ns() >= deadline;
@@ -649,9 +439,9 @@ std::string idle_measure(const run_options& o, const server_kind& k, idle_sample
     }
     usleep(200'000);
     const double rss1 = rss_kib(s.proc.pid);
-    const double cpu0 = process_cpu_s(s.proc.pid), t0 = now_ns();
+    const double cpu0 = process_cpu_s(s.proc.pid, cpu_fallback::proc_stat), t0 = now_ns();
     usleep(static_cast<useconds_t>(o.idle_s * 1e6));
-    const double cpu1 = process_cpu_s(s.proc.pid), t1 = now_ns();
+    const double cpu1 = process_cpu_s(s.proc.pid, cpu_fallback::proc_stat), t1 = now_ns();
     const bool alive = !ended(s.proc);
     finish(g, 5);
     finish(s.proc);

@@ -70,7 +70,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -83,45 +82,47 @@
 #include <thread>
 #include <vector>
 
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "../harness/harness.hpp"
 #include "../harness/options.hpp"
+#include "../harness/process.hpp"
 
 namespace {
 
+using spindle::bench::await_accepting;
+using spindle::bench::child;
+using spindle::bench::connect_to;
+using spindle::bench::drain;
+using spindle::bench::ended;
+using spindle::bench::fail;
+using spindle::bench::finish;
+using spindle::bench::free_port;
 using spindle::bench::harness;
+using spindle::bench::how_it_ended;
+using spindle::bench::last_words;
 using spindle::bench::metric;
+using spindle::bench::next_line;
 using spindle::bench::now_ns;
 using spindle::bench::param;
 using spindle::bench::params;
+using spindle::bench::process_cpu_s;
+using spindle::bench::rss_kib;
+using spindle::bench::spawn;
 using spindle::bench::summary;
 using spindle::bench::variant;
-
-[[noreturn]] __attribute__((format(printf, 1, 2))) void fail(const char* fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    std::fprintf(stderr, "spindle_bench_kv: ");
-    std::vfprintf(stderr, fmt, ap);
-    std::fputc('\n', stderr);
-    va_end(ap);
-    std::fflush(nullptr);
-    std::_Exit(1);
-}
 
 constexpr int server_cpu = 1;  // pinned points: the server here, memaslap on 0
 constexpr int client_cpu = 0;
 constexpr double start_limit_s = 10;  // a server that does not accept by then failed to start
 const char* const default_lock = "hemlock_park";  // the preload library's default SPINDLE_LOCK
+// Never inherited by a child (spawn's `drop`): a server runs under the
+// preload library only where its variant says so.
+const std::vector<std::string> not_inherited{"LD_PRELOAD", "SPINDLE_LOCK"};
 
 struct run_options {
     spindle::bench::variant_filter variants;
@@ -248,196 +249,6 @@ int print_parsed(const std::string& file) {
 }
 
 // ---------------------------------------------------------------------------
-// Child processes (as bench/io's)
-
-int free_port() {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) fail("socket: %s", std::strerror(errno));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof a;
-    if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-        getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
-        fail("cannot find a free port: %s", std::strerror(errno));
-    close(fd);
-    return ntohs(a.sin_port);
-}
-
-// A connected socket to 127.0.0.1:port, or -1.
-int connect_to(int port) {
-    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<std::uint16_t>(port));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
-        close(fd);
-        return -1;
-    }
-    return fd;
-}
-
-bool accepts(int port) {
-    const int fd = connect_to(port);
-    if (fd >= 0) close(fd);
-    return fd >= 0;
-}
-
-// A child process: its pid and the read end of its stdout and stderr
-// together; what it wrote is kept.
-struct child {
-    pid_t pid = -1;
-    int out = -1;
-    std::string text;
-    bool reaped = false;
-    int status = 0;
-};
-
-// Starts `argv` (argv[0] a path) with our environment less `drop` (names)
-// plus `env`, pinned to `cpu` (-1: not pinned); watched by the harness
-// (watch_child). Everything is built before the fork: between it and the
-// exec only system calls.
-child spawn(const std::vector<std::string>& argv, const std::vector<std::string>& env, int cpu) {
-    std::vector<std::string> env_store;
-    for (char** e = environ; *e != nullptr; ++e) {
-        bool replaced = std::strncmp(*e, "LD_PRELOAD=", 11) == 0 || std::strncmp(*e, "SPINDLE_LOCK=", 13) == 0;
-        for (const std::string& x : env)
-            if (std::strncmp(*e, x.c_str(), x.find('=') + 1) == 0) replaced = true;
-        if (!replaced) env_store.emplace_back(*e);
-    }
-    env_store.insert(env_store.end(), env.begin(), env.end());
-    std::vector<char*> envp, argvp;
-    for (auto& e : env_store) envp.push_back(e.data());
-    envp.push_back(nullptr);
-    std::vector<std::string> argv_store = argv;
-    for (auto& a : argv_store) argvp.push_back(a.data());
-    argvp.push_back(nullptr);
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (cpu >= 0) CPU_SET(cpu, &set);
-
-    int out_fds[2];
-    if (pipe2(out_fds, O_CLOEXEC) != 0) fail("pipe: %s", std::strerror(errno));
-    const int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
-    std::fflush(nullptr);
-    const pid_t pid = fork();
-    if (pid < 0) fail("fork: %s", std::strerror(errno));
-    if (pid == 0) {
-        if (cpu >= 0 && sched_setaffinity(0, sizeof set, &set) != 0) _exit(126);
-        dup2(devnull, STDIN_FILENO);
-        dup2(out_fds[1], STDOUT_FILENO);
-        dup2(out_fds[1], STDERR_FILENO);
-        execve(argvp[0], argvp.data(), envp.data());
-        _exit(127);
-    }
-    spindle::bench::watch_child(pid);  // killed by the harness's watchdog if the measurement hangs
-    close(devnull);
-    close(out_fds[1]);
-    child c;
-    c.pid = pid;
-    c.out = out_fds[0];
-    return c;
-}
-
-// The next whole line `c` writes (without its newline) into `line`; false
-// at its end of output or at `deadline`.
-bool next_line(child& c, double deadline, std::string& line) {
-    for (;;) {
-        if (const std::size_t nl = c.text.find('\n'); nl != std::string::npos) {
-            line = c.text.substr(0, nl);
-            c.text.erase(0, nl + 1);
-            return true;
-        }
-        const double left_ms = (deadline - now_ns()) / 1e6;
-        if (left_ms <= 0 || c.out < 0) return false;
-        pollfd p{c.out, POLLIN, 0};
-        const int k = poll(&p, 1, static_cast<int>(std::min(left_ms, 1000.0)) + 1);
-        if (k < 0 && errno != EINTR) fail("poll: %s", std::strerror(errno));
-        if (k <= 0) continue;
-        char buf[4096];
-        const ssize_t n = read(c.out, buf, sizeof buf);
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) {
-            close(c.out);
-            c.out = -1;
-            continue;
-        }
-        c.text.append(buf, static_cast<std::size_t>(n));
-    }
-}
-
-// Whether `c` has ended (reaped then, its status kept).
-bool ended(child& c) {
-    if (c.reaped) return true;
-    siginfo_t info{};
-    if (waitid(P_PID, static_cast<id_t>(c.pid), &info, WEXITED | WNOHANG | WNOWAIT) != 0 || info.si_pid == 0)
-        return false;
-    if (!spindle::bench::reap_child(c.pid, c.status)) fail("waitpid: %s", std::strerror(errno));
-    c.reaped = true;
-    // Killed with SIGKILL and not by us: perhaps the watchdog, on its way
-    // to a restart (it then never returns).
-    if (WIFSIGNALED(c.status) && WTERMSIG(c.status) == SIGKILL) spindle::bench::after_child_killed();
-    return true;
-}
-
-// Ends `c` and reaps it: `grace_s` to end on its own, then SIGKILL.
-void finish(child& c, double grace_s = 0) {
-    const double deadline = now_ns() + grace_s * 1e9;
-    while (!ended(c) && now_ns() < deadline) usleep(1000);
-    if (!ended(c)) {
-        kill(c.pid, SIGKILL);
-        if (!spindle::bench::reap_child(c.pid, c.status)) fail("waitpid: %s", std::strerror(errno));
-        c.reaped = true;
-    }
-    if (c.out >= 0) close(c.out);
-    c.out = -1;
-}
-
-// Everything `c` still has to say, for at most `wait_s`.
-void drain(child& c, double wait_s) {
-    std::string line, kept;
-    const double deadline = now_ns() + wait_s * 1e9;
-    while (next_line(c, deadline, line)) kept += line + "\n";
-    c.text = kept + c.text;
-}
-
-std::string how_it_ended(const child& c) {
-    char buf[64];
-    if (WIFSIGNALED(c.status)) std::snprintf(buf, sizeof buf, "killed by signal %d", WTERMSIG(c.status));
-    else if (WEXITSTATUS(c.status) == 127) std::snprintf(buf, sizeof buf, "could not be run (exec failed)");
-    else if (WEXITSTATUS(c.status) == 126) std::snprintf(buf, sizeof buf, "could not be pinned");
-    else std::snprintf(buf, sizeof buf, "exited with status %d", WEXITSTATUS(c.status));
-    return buf;
-}
-
-std::string last_words(std::string text) {
-    while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
-    if (text.size() > 300) text = "..." + text.substr(text.size() - 300);
-    std::replace(text.begin(), text.end(), '\n', ' ');
-    return text.empty() ? "" : ": " + text;
-}
-
-// CPU time of process `pid` so far (every thread, those ended too), s.
-double process_cpu_s(pid_t pid) {
-    clockid_t clk;
-    timespec ts{};
-    if (clock_getcpuclockid(pid, &clk) == 0 && clock_gettime(clk, &ts) == 0)
-        return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
-    return std::nan("");
-}
-
-// VmRSS of process `pid`, KiB (-1: unreadable).
-double rss_kib(pid_t pid) {
-    std::ifstream f("/proc/" + std::to_string(pid) + "/status");
-    std::string line;
-    while (std::getline(f, line))
-        if (line.compare(0, 6, "VmRSS:") == 0) return std::strtod(line.c_str() + 6, nullptr);
-    return -1;
-}
-
-// ---------------------------------------------------------------------------
 // The servers
 
 struct server_kind {
@@ -465,23 +276,9 @@ server start_server(const run_options& o, const server_kind& k, unsigned workers
     if (k.name != "spindle_kv" && geteuid() == 0) argv.insert(argv.end(), {"-u", "root"});
     std::vector<std::string> env;
     if (!k.lock.empty()) env = {"LD_PRELOAD=" + o.preload, "SPINDLE_LOCK=" + k.lock};
-    s.proc = spawn(argv, env, pinned ? server_cpu : -1);
-    const double deadline = now_ns() + start_limit_s * 1e9;
-    for (;;) {
-        if (ended(s.proc)) {
-            drain(s.proc, 0.2);  // what it said before it went
-            why = k.name + "'s server " + how_it_ended(s.proc) + " before accepting" + last_words(s.proc.text);
-            finish(s.proc);
-            return s;
-        }
-        if (accepts(s.port)) return s;
-        if (now_ns() > deadline) {
-            finish(s.proc);
-            why = k.name + "'s server did not accept connections within " + param::number(start_limit_s) + " s";
-            return s;
-        }
-        usleep(5000);
-    }
+    s.proc = spawn(argv, env, pinned ? server_cpu : -1, false, not_inherited);
+    why = await_accepting(s.proc, s.port, k.name, start_limit_s);
+    return s;
 }
 
 // Why the preload variant's server does not have the library mapped.
@@ -538,7 +335,7 @@ double mix_measure(const run_options& o, const server_kind& k, const mix_point& 
     child c = spawn({"/usr/bin/stdbuf", "-oL", o.memaslap, "-s", "127.0.0.1:" + std::to_string(s.port), "-F", config,
                      "-T", std::to_string(threads), "-c", std::to_string(pt.conns), "-t",
                      std::to_string(o.seconds + 1) + "s", "-S", "1s"},
-                    {}, pt.pinned() ? client_cpu : -1);
+                    {}, pt.pinned() ? client_cpu : -1, false, not_inherited);
     const double limit_s = spindle::bench::child_limit_s(30 + o.seconds + pt.conns / 100.0);
     const double deadline = now_ns() + limit_s * 1e9;
     // Sampled as each "Total Statistics" period row arrives: the first is
@@ -780,7 +577,8 @@ void bench_idle(harness& h, const run_options& o, const std::vector<server_kind>
 // one it does not know ("... is not valid; valid values: a, b, ..."), here
 // at memcached's first lock. Empty if it cannot be read.
 std::vector<std::string> preload_values(const run_options& o) {
-    child c = spawn({o.memcached, "-h"}, {"LD_PRELOAD=" + o.preload, "SPINDLE_LOCK=spindle-bench-no-such-lock"}, -1);
+    child c = spawn({o.memcached, "-h"}, {"LD_PRELOAD=" + o.preload, "SPINDLE_LOCK=spindle-bench-no-such-lock"}, -1,
+                    false, not_inherited);
     drain(c, 10);
     finish(c, 5);
     const std::string tag = "valid values: ";
