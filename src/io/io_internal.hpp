@@ -91,7 +91,6 @@ public:
     own_stop& operator=(const own_stop&) = delete;
 
 private:
-    cancel_target* target_;
     spindle::detail::stop_relay* relay_;
 };
 

@@ -88,7 +88,7 @@ bool own_stop_requested() noexcept {
     return f != nullptr && f->stop.stop_requested();
 }
 
-own_stop::own_stop(cancel_target* target) : target_(target) {
+own_stop::own_stop(cancel_target* target) {
     static_assert(alignof(cancel_target) > flags, "the relay word keeps its flags in a target's low bits");
     relay* r = relay_of(spindle::detail::running_fiber());
     relay_ = r;
