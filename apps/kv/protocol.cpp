@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <charconv>
 #include <climits>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include <spindle/runtime/fiber.hpp>
@@ -247,19 +249,32 @@ void server_context::append_settings(std::string& out) const {
 // ---------------------------------------------------------------------------
 // session
 
-session::session(server_context& ctx) : ctx_(ctx), buf_(new char[initial_buffer]), cap_(initial_buffer) {}
+session::session(server_context& ctx)
+    : ctx_(ctx), cap_(initial_buffer), first_cap_(initial_buffer), own_first_(new char[initial_buffer]) {
+    buf_ = first_ = own_first_.get();
+}
+
+session::session(server_context& ctx, std::span<char> first)
+    : ctx_(ctx), buf_(first.data()), cap_(first.size()), first_(first.data()), first_cap_(first.size()) {
+    if (first.size() < initial_buffer) {
+        std::fprintf(stderr, "spindle-kv: session %p: a first buffer of %zu bytes, under initial_buffer (%zu)\n",
+                     static_cast<void*>(this), first.size(), initial_buffer);
+        std::abort();
+    }
+}
 
 session::~session() = default;
 
 void session::compact(std::size_t want) {
     std::size_t avail = end_ - start_;
     if (want <= cap_) {
-        if (avail != 0) std::memmove(buf_.get(), buf_.get() + start_, avail);
+        if (avail != 0) std::memmove(buf_, buf_ + start_, avail);
     } else {
         std::size_t cap = std::max(want, cap_ * 2);
         std::unique_ptr<char[]> nb(new char[cap]);
-        if (avail != 0) std::memcpy(nb.get(), buf_.get() + start_, avail);
-        buf_ = std::move(nb);
+        if (avail != 0) std::memcpy(nb.get(), buf_ + start_, avail);
+        grown_ = std::move(nb);  // (frees an earlier grown one)
+        buf_ = grown_.get();
         cap_ = cap;
     }
     start_ = 0;
@@ -274,7 +289,7 @@ std::span<char> session::read_space() {
     // the partial line and some room.
     std::size_t want = state_ == state::value ? std::max(value_len_ + 2, avail + 1) : avail + min_room;
     if (start_ + want > cap_) compact(want);
-    return {buf_.get() + end_, cap_ - end_};
+    return {buf_ + end_, cap_ - end_};
 }
 
 action session::received(std::size_t n) {
@@ -330,7 +345,7 @@ action session::process() {
             finish_value();
             continue;
         case state::line: {
-            const char* b = buf_.get() + start_;
+            const char* b = buf_ + start_;
             std::size_t avail = end_ - start_;
             const auto* nl = static_cast<const char*>(std::memchr(b + scanned_, '\n', avail - scanned_));
             if (nl == nullptr) {
@@ -363,9 +378,10 @@ action session::process() {
 need_more:
     if (start_ == end_) {
         start_ = end_ = 0;
-        if (cap_ > 4 * initial_buffer && state_ != state::value) {  // a big value or line is done: give it back
-            buf_.reset(new char[initial_buffer]);
-            cap_ = initial_buffer;
+        if (cap_ > 4 * first_cap_ && state_ != state::value) {  // a big value or line is done: give it back
+            buf_ = first_;
+            cap_ = first_cap_;
+            grown_.reset();
         }
     }
     return action::more;
@@ -676,7 +692,7 @@ void session::cmd_store(std::span<std::string_view> tok, mode m) {
 }
 
 void session::finish_value() {
-    const char* v = buf_.get() + start_;
+    const char* v = buf_ + start_;
     start_ += value_len_ + 2;
     state_ = state::line;
     count(server_context::cmd_set);

@@ -213,6 +213,12 @@ public:
     static constexpr std::size_t get_line_max = std::size_t{1} << 20;
 
     explicit session(server_context& ctx);
+    // Reads into `first` (at least initial_buffer bytes, the caller's, and
+    // outliving the session) until a value or line needs more, and again
+    // after: a server can place a session and its buffer in one page of
+    // its own (apps/kv/main.cpp does, so that idle connections leave no
+    // holes in the heap).
+    session(server_context& ctx, std::span<char> first);
     ~session();
     session(const session&) = delete;
     session& operator=(const session&) = delete;
@@ -231,6 +237,12 @@ public:
     // The output was written: clear it (and give a grown buffer back).
     void output_written();
 
+    // Nothing is buffered or half done: no partial line, no value or
+    // swallow in progress, no output. A session in this state carries no
+    // protocol state across commands, so a server may drop it while the
+    // connection is idle and start a fresh one when bytes arrive.
+    bool between_commands() const noexcept { return state_ == state::line && start_ == end_ && out_.empty(); }
+
     // The session's counts not yet flushed to the server (tests).
     const server_context::counts& pending_counts() const noexcept { return counts_; }
 
@@ -248,8 +260,12 @@ private:
     void compact(std::size_t need);
 
     server_context& ctx_;
-    std::unique_ptr<char[]> buf_;
-    std::size_t cap_ = 0;
+    char* buf_;                          // the read buffer: first_ or grown_
+    std::size_t cap_;
+    char* first_;                        // the buffer it starts with and returns to
+    std::size_t first_cap_;
+    std::unique_ptr<char[]> own_first_;  // first_, unless the server gave it
+    std::unique_ptr<char[]> grown_;      // a bigger buffer for a big value or line
     std::size_t start_ = 0;  // first unparsed byte
     std::size_t end_ = 0;    // one past the last byte read
     std::size_t scanned_ = 0;  // bytes from start_ known to hold no \n

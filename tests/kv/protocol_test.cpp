@@ -176,6 +176,45 @@ TEST_F(Protocol, ValuesSplitAcrossReadsAndTheBufferShrinksBack) {
     EXPECT_LE(s_.read_space().size(), kv::session::initial_buffer);
 }
 
+// A session on a buffer the server gives it (one page with the session in
+// it, apps/kv/main.cpp) reads there, grows out of it for a big value, and
+// comes back to it afterwards; between_commands() says when nothing is held.
+TEST_F(Protocol, AGivenFirstBufferIsUsedAndReturnedTo) {
+    std::vector<char> page(3000);
+    kv::session s(ctx_, std::span<char>(page));
+    auto inside = [&](std::span<char> room) {
+        return room.data() >= page.data() && room.data() + room.size() <= page.data() + page.size();
+    };
+    EXPECT_TRUE(s.between_commands());
+    EXPECT_TRUE(inside(s.read_space()));
+    EXPECT_EQ(run(s, "set a 0 0 1\r\nx\r\nget a\r\n"), "STORED\r\nVALUE a 0 1\r\nx\r\nEND\r\n");
+    EXPECT_TRUE(s.between_commands());
+
+    s.feed("get a");  // half a line
+    EXPECT_FALSE(s.between_commands());
+    EXPECT_EQ(run(s, "\r\n"), "VALUE a 0 1\r\nx\r\nEND\r\n");
+    EXPECT_TRUE(s.between_commands());
+
+    std::string value(100000, 'v');
+    s.feed("set big 0 0 100000\r\n" + value.substr(0, 50000));  // half a value: it needs more room
+    EXPECT_FALSE(s.between_commands());
+    EXPECT_FALSE(inside(s.read_space()));
+    EXPECT_EQ(run(s, value.substr(50000) + "\r\n"), "STORED\r\n");
+    EXPECT_TRUE(s.between_commands());
+    EXPECT_TRUE(inside(s.read_space()));  // the grown buffer went back
+    EXPECT_EQ(run(s, "get big\r\n"), "VALUE big 0 100000\r\n" + value + "\r\nEND\r\n");
+
+    s.feed("version\r\n");  // an answer not yet written out
+    EXPECT_FALSE(s.between_commands());
+    s.output_written();
+    EXPECT_TRUE(s.between_commands());
+}
+
+TEST_F(Protocol, AFirstBufferBelowInitialBufferAborts) {
+    std::vector<char> small(kv::session::initial_buffer - 1);
+    EXPECT_DEATH(kv::session(ctx_, std::span<char>(small)), "under initial_buffer");
+}
+
 TEST_F(Protocol, KeysOver250Bytes) {
     std::string k250(250, 'a'), k251(251, 'a');
     EXPECT_EQ(run("get " + k251 + "\r\n"), "CLIENT_ERROR bad command line format\r\n");
