@@ -1,6 +1,7 @@
 // spindle-kv: a memcached-compatible cache server (the text protocol) on
-// spindle's fibers and fiber I/O. One fiber per connection; the protocol is
-// apps/kv/protocol.hpp, the items apps/kv/store.hpp.
+// spindle's fibers and fiber I/O. A fiber serves each busy connection; one
+// idle for idle_period or more parks without a fiber (struct conn below).
+// The protocol is apps/kv/protocol.hpp, the items apps/kv/store.hpp.
 //
 //   spindle-kv [-p port] [-l address] [-t workers] [-m MiB] [-c conns]
 //              [-I item-size-max] [-C] [-U 0] [-v]
@@ -18,22 +19,30 @@
 // signalfd by a fiber that waits on it with io::wait_readable. On either it
 // asks the accept fiber to stop (its accept() returns), then every
 // connection fiber (their reads and writes return operation_canceled; a
-// connection in the middle of a command is cut there); ~scheduler() waits for
-// them all, and the process exits 0.
+// connection in the middle of a command is cut there), and closes the parked
+// connections; ~scheduler() waits for the fibers, and the process exits 0.
 #include <getopt.h>
 #include <signal.h>
+#include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
+#include <mutex>
+#include <new>
+#include <span>
+#include <vector>
 #include <string>
-#include <unordered_map>
+#include <utility>
 
 #include <spindle/io.hpp>
 #include <spindle/runtime/scheduler.hpp>
@@ -101,36 +110,324 @@ std::size_t size_arg(const char* s) {
     return static_cast<std::size_t>(v);
 }
 
-// The connection fibers, so that shutdown can ask each to stop. Guarded by
-// `lock`: the accept fiber adds under it, a connection removes itself under
-// it, shutdown sets `stopping` and requests every stop under it.
+// Pages for sessions: each holds one kv::session and its first read
+// buffer, in mappings of their own rather than the heap. A session lives as
+// long as its connection is served, so on the heap thousands of them come
+// and go between the long-lived conns; when the connections park, the
+// freed sessions leave holes smaller than a page among the conns, which no
+// allocator can give back (2000 parked connections kept 3.4 KiB each). Here
+// a returned page beyond the hot_max kept warm is given back to the kernel
+// (MADV_DONTNEED) and waits, empty, for reuse; nothing is ever unmapped.
 //
-//   lock word: spindle::mutex (fibers park on it)
-//   accept:   lock; if stopping -> close the new stream; else add; unlock
-//   leave:    lock; erase own id; unlock
-//   shutdown: lock; stopping = true; request_stop() on each; unlock
-struct connections {
-    spindle::mutex lock;
-    bool stopping = false;
-    std::uint64_t next_id = 0;
-    std::unordered_map<std::uint64_t, std::stop_source> live;
+//   lock word: std::mutex (held for a few instructions, never across a
+//   system call or a fiber switch)
+//   get: lock; pop hot, else cold; unlock; none: map a chunk (outside), lock; keep the rest as cold; unlock
+//   put: lock; hot below hot_max? push hot : (unlock; madvise; lock; push cold); unlock
+class session_pages {
+public:
+    static constexpr std::size_t hot_max = 32;
+    static constexpr std::size_t per_chunk = 64;
+
+    static std::size_t page() noexcept {
+        static const std::size_t p = std::max<std::size_t>(4096, static_cast<std::size_t>(::sysconf(_SC_PAGESIZE)));
+        return p;
+    }
+
+    // A page, or nullptr when no memory is left.
+    void* get() {
+        {
+            std::lock_guard g(m_);
+            if (void* p = pop(hot_); p != nullptr) return p;
+            if (void* p = pop(cold_); p != nullptr) return p;
+        }
+        void* chunk = ::mmap(nullptr, page() * per_chunk, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (chunk == MAP_FAILED) return nullptr;
+        auto* base = static_cast<std::byte*>(chunk);
+        std::lock_guard g(m_);
+        total_ += per_chunk;
+        // Room for every page in either list, so that put() never allocates.
+        hot_.reserve(hot_max);
+        cold_.reserve(total_);
+        for (std::size_t i = 1; i < per_chunk; ++i) cold_.push_back(base + i * page());
+        return base;
+    }
+
+    void put(void* p) noexcept {
+        {
+            std::lock_guard g(m_);
+            if (hot_.size() < hot_max) {
+                hot_.push_back(p);
+                return;
+            }
+        }
+        ::madvise(p, page(), MADV_DONTNEED);
+        std::lock_guard g(m_);
+        cold_.push_back(p);  // within the capacity get() reserved
+    }
+
+private:
+    static void* pop(std::vector<void*>& v) noexcept {
+        if (v.empty()) return nullptr;
+        void* p = v.back();
+        v.pop_back();
+        return p;
+    }
+    std::mutex m_;
+    std::vector<void*> hot_, cold_;
+    std::size_t total_ = 0;  // pages mapped
 };
 
-void serve(io::stream s, kv::server_context& ctx) {
-    (void)s.set_nodelay(true);
-    kv::session sess(ctx);
+session_pages g_pages;  // outlives every session
+
+struct session_deleter {
+    void operator()(kv::session* s) const noexcept {
+        s->~session();
+        g_pages.put(s);
+    }
+};
+using session_ptr = std::unique_ptr<kv::session, session_deleter>;
+
+// A session at the start of a page, its first read buffer after it.
+session_ptr make_session(kv::server_context& ctx) {
+    constexpr std::size_t at = (sizeof(kv::session) + 63) & ~std::size_t{63};
+    static_assert(at + kv::session::initial_buffer <= 4096, "a session and its first buffer fit in a page");
+    void* p = g_pages.get();
+    if (p == nullptr) throw std::bad_alloc();
+    auto* bytes = static_cast<char*>(p);
+    return session_ptr(new (p) kv::session(ctx, std::span<char>(bytes + at, session_pages::page() - at)));
+}
+
+
+// How long a connection may go without a request before its fiber leaves
+// it. The sweeper looks every idle_period; a served connection that read
+// nothing between two looks is asked to park (so after one to two periods).
+// A park and the wake-up after it cost a few microseconds (a cancelled read,
+// an epoll_ctl, a fiber start): noise for a connection quiet this long.
+constexpr auto idle_period = std::chrono::milliseconds(100);
+
+// One client connection. It is either served -- a fiber reads, runs and
+// answers its commands -- or parked: it waits in the idle set (an epoll
+// instance, one-shot) with no fiber, no stack and no buffers, and the
+// watcher fiber gives it a new fiber when bytes (or a hang-up) arrive. So
+// an idle connection holds this struct, and a busy one a fiber besides.
+struct conn {
+    explicit conn(io::stream st) : s(std::move(st)) {}
+    io::stream s;
+    // The protocol state while served; kept across a hand-over (a stop
+    // request that lands between the lines of one command).
+    session_ptr sess;
+    // Set by the serving fiber after each read that got bytes, cleared by
+    // the sweeper. Relaxed: a hint; a wrong guess costs a park or a
+    // hand-over, never a byte.
+    std::atomic<bool> active{true};
+    // Guarded by server::lock:
+    bool served = true;
+    bool in_idle_set = false;  // added to the epoll instance (later arms are MODs)
+    std::stop_source fiber_stop{std::nostopstate};  // the serving fiber's (served only)
+    conn* prev = nullptr;
+    conn* next = nullptr;
+};
+
+// What a serving fiber leaves its connection for.
+enum class outcome {
+    close,      // the peer left, sent quit or a fatal line, or shutdown
+    park,       // asked to stop between commands: wait in the idle set
+    hand_over,  // asked to stop mid-command: a new fiber goes on with it
+};
+
+// Writes all of `out`. A sweeper's stop request can land while a reply goes
+// out (nothing was read for a period, the reply is large and the peer
+// slow): the reply is then finished under the server's own token, which only
+// shutdown requests; the next read sees the request.
+bool write_out(io::stream& s, std::string_view out, const std::stop_token& shutdown) {
+    std::size_t sent = 0;
+    std::error_code e = s.write_all(out.data(), out.size(), {}, &sent);
+    if (e == std::errc::operation_canceled && !shutdown.stop_requested())
+        e = s.write_all(out.data() + sent, out.size() - sent, {.stop = shutdown});
+    return !e;
+}
+
+outcome serve(conn& c, kv::server_context& ctx, const std::stop_token& shutdown) {
+    if (!c.sess) c.sess = make_session(ctx);
+    kv::session& sess = *c.sess;
     for (;;) {
         auto room = sess.read_space();
-        auto n = s.read_some(room.data(), room.size());
-        if (!n || *n == 0) return;  // end of stream, reset, or shutdown: nothing half-read is stored
+        auto n = c.s.read_some(room.data(), room.size());
+        if (!n) {
+            // A stop request takes nothing: the read transferred no byte.
+            if (n.error() != std::errc::operation_canceled || shutdown.stop_requested()) return outcome::close;
+            return sess.between_commands() ? outcome::park : outcome::hand_over;
+        }
+        if (*n == 0) return outcome::close;  // end of stream: nothing half-read is stored
+        c.active.store(true, std::memory_order_relaxed);  // read by the sweeper's exchange
         kv::action a = sess.received(*n);
         if (!sess.output().empty()) {
-            if (s.write_all(sess.output())) return;
+            if (!write_out(c.s, sess.output(), shutdown)) return outcome::close;
             sess.output_written();
         }
-        if (a == kv::action::close) return;
+        if (a == kv::action::close) return outcome::close;
     }
 }
+
+// The connections, served and parked, and the fibers that move them.
+//
+//   lock word: spindle::mutex (fibers park on it); guards stopping, the
+//   list, and each conn's served / in_idle_set / fiber_stop / links
+//   accept:    lock; stopping? close the stream : link, start its fiber; unlock
+//   park:      lock; stopping? close : served = false, arm it in the idle set; unlock
+//   wake:      lock; stopping? skip (shutdown freed it) : served = true, start a fiber; unlock
+//   hand over: lock; stopping? close : start a successor fiber; unlock
+//   close:     lock; unlink; unlock; delete (closing the socket takes it out of the idle set)
+//   sweep:     lock; each served one that read nothing since the last look: request its fiber's stop; unlock
+//   shutdown:  lock; stopping = true; request each served fiber's stop; close each parked one; unlock
+// After park, hand over or close returns true, the fiber that called it
+// does not touch the conn again: another fiber may own it already.
+struct server {
+    explicit server(kv::server_context& cx) : ctx(cx) {
+        idle_fd = ::epoll_create1(EPOLL_CLOEXEC);
+        if (idle_fd < 0) {
+            std::fprintf(stderr, "spindle-kv: epoll_create1: %s\n", std::strerror(errno));
+            std::exit(1);
+        }
+    }
+    ~server() {
+        for (conn* c = head; c != nullptr;) delete std::exchange(c, c->next);  // none left after shutdown
+        ::close(idle_fd);
+    }
+    server(const server&) = delete;
+    server& operator=(const server&) = delete;
+
+    spindle::scheduler* sched = nullptr;  // set once, before the first add()
+    kv::server_context& ctx;
+    std::stop_source shutdown_src;  // requested first thing in shutdown()
+    int idle_fd = -1;
+
+    spindle::mutex lock;
+    bool stopping = false;
+    conn* head = nullptr;
+
+    // Takes a new connection; false after shutdown (the stream is closed).
+    bool add(io::stream s) {
+        std::lock_guard g(lock);
+        if (stopping) return false;
+        auto* c = new conn(std::move(s));
+        c->next = head;
+        if (head != nullptr) head->prev = c;
+        head = c;
+        ctx.connection_opened();
+        start(c);
+        return true;
+    }
+
+    void shutdown() {
+        shutdown_src.request_stop();
+        std::lock_guard g(lock);
+        stopping = true;
+        for (conn* c = head; c != nullptr;) {
+            conn* next = c->next;
+            if (c->served) {
+                c->fiber_stop.request_stop();
+            } else {
+                ctx.connection_woke();  // (to close)
+                unlink_and_delete(c);
+            }
+            c = next;
+        }
+    }
+
+    // The watcher: gives each connection whose bytes arrive while parked a
+    // fiber. Ends at shutdown (stop request).
+    void watch() {
+        for (;;) {
+            if (io::wait_readable(idle_fd)) return;
+            epoll_event evs[64];
+            int n = ::epoll_wait(idle_fd, evs, 64, 0);
+            std::lock_guard g(lock);
+            if (stopping) return;
+            for (int i = 0; i < n; ++i) {
+                auto* c = static_cast<conn*>(evs[i].data.ptr);
+                c->served = true;
+                ctx.connection_woke();
+                c->active.store(true, std::memory_order_relaxed);  // a whole period before the next park
+                start(c);
+            }
+        }
+    }
+
+    // The sweeper: asks each served connection that read nothing for a
+    // period to park. Ends at shutdown (stop request).
+    void sweep() {
+        while (spindle::this_fiber::sleep_for(idle_period)) {
+            std::size_t asked = 0;
+            std::lock_guard g(lock);
+            for (conn* c = head; c != nullptr; c = c->next) {
+                if (c->served && !c->active.exchange(false, std::memory_order_relaxed)) {
+                    c->fiber_stop.request_stop();
+                    ++asked;
+                }
+            }
+            if (asked != 0 && ctx.verbosity().load(std::memory_order_relaxed) >= 2)
+                std::fprintf(stderr, "spindle-kv: asked %zu idle connections to park\n", asked);
+        }
+    }
+
+private:
+    // A serving fiber's whole life (see outcome).
+    void run(conn* c) {
+        switch (serve(*c, ctx, shutdown_src.get_token())) {
+        case outcome::park:
+            c->sess.reset();  // its buffers go back now
+            if (park(c)) return;
+            break;
+        case outcome::hand_over:
+            if (hand_over(c)) return;
+            break;
+        case outcome::close:
+            break;
+        }
+        std::lock_guard g(lock);
+        unlink_and_delete(c);
+    }
+
+    // Under lock.
+    void start(conn* c) {
+        spindle::fiber f = sched->spawn([this, c] { run(c); });
+        c->fiber_stop = f.get_stop_source();
+        f.detach();
+    }
+
+    bool park(conn* c) {
+        std::lock_guard g(lock);
+        if (stopping) return false;
+        epoll_event ev{};
+        ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
+        ev.data.ptr = c;
+        if (::epoll_ctl(idle_fd, c->in_idle_set ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->s.native_handle(), &ev) != 0) {
+            std::fprintf(stderr, "spindle-kv: epoll_ctl: %s; closing the connection\n", std::strerror(errno));
+            return false;
+        }
+        c->in_idle_set = true;
+        c->served = false;
+        ctx.connection_parked();
+        c->fiber_stop = std::stop_source(std::nostopstate);
+        return true;
+    }
+
+    bool hand_over(conn* c) {
+        std::lock_guard g(lock);
+        if (stopping) return false;
+        start(c);
+        return true;
+    }
+
+    // Under lock.
+    void unlink_and_delete(conn* c) {
+        if (c->prev != nullptr) c->prev->next = c->next; else head = c->next;
+        if (c->next != nullptr) c->next->prev = c->prev;
+        delete c;
+        ctx.connection_closed();
+    }
+};
 
 }  // namespace
 
@@ -224,10 +521,11 @@ int main(int argc, char** argv) {
                                    .interface = address,
                                    .item_size_max = item_max,
                                    .use_cas = use_cas});
-    connections conns;
     int rc = 0;
     {
+        server srv(ctx);  // outlives the scheduler, whose end waits for the connections' fibers
         spindle::scheduler sched({.workers = threads});
+        srv.sched = &sched;
         std::printf("spindle-kv: listening on %s (%s, %u workers, %zu MiB, -c %zu)\n",
                     l->local_endpoint()->to_string().c_str(), io::backend_name(io::current_backend()), sched.workers(),
                     memory_mib, max_conns);
@@ -254,20 +552,11 @@ int main(int argc, char** argv) {
                     ctx.connection_rejected();
                     continue;  // ~stream closes it
                 }
-                std::lock_guard g(conns.lock);
-                if (conns.stopping) return;
-                std::uint64_t id = conns.next_id++;
-                ctx.connection_opened();
-                spindle::fiber f = sched.spawn([&, id, s = std::move(*s)]() mutable {
-                    serve(std::move(s), ctx);
-                    ctx.connection_closed();
-                    std::lock_guard g2(conns.lock);
-                    conns.live.erase(id);
-                });
-                conns.live.emplace(id, f.get_stop_source());
-                f.detach();
+                if (!srv.add(std::move(*s))) return;
             }
         });
+        spindle::fiber watcher = sched.spawn([&] { srv.watch(); });
+        spindle::fiber sweeper = sched.spawn([&] { srv.sweep(); });
 
         std::stop_source accept_stop = acceptor.get_stop_source();
         spindle::fiber signals = sched.spawn([&] {
@@ -277,20 +566,17 @@ int main(int argc, char** argv) {
                 if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
             }
             accept_stop.request_stop();
-            std::lock_guard g(conns.lock);
-            conns.stopping = true;
-            for (auto& [id, src] : conns.live) src.request_stop();
+            srv.shutdown();
         });
 
         acceptor.join();
         signals.request_stop();
         signals.join();
-        {
-            // An acceptor that failed leaves connections running: stop them.
-            std::lock_guard g(conns.lock);
-            conns.stopping = true;
-            for (auto& [id, src] : conns.live) src.request_stop();
-        }
+        srv.shutdown();  // (again, harmlessly, after a signal; an acceptor that failed leaves connections running)
+        watcher.request_stop();
+        sweeper.request_stop();
+        watcher.join();
+        sweeper.join();
         // ~scheduler() waits for the connection fibers to leave.
     }
     ::close(sfd);

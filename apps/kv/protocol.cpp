@@ -194,6 +194,11 @@ void server_context::connection_opened() noexcept {
 }
 void server_context::connection_closed() noexcept { curr_connections_.fetch_sub(1, std::memory_order_relaxed); }
 void server_context::connection_rejected() noexcept { rejected_connections_.fetch_add(1, std::memory_order_relaxed); }
+void server_context::connection_parked() noexcept {
+    parked_connections_.fetch_add(1, std::memory_order_relaxed);
+    total_parks_.fetch_add(1, std::memory_order_relaxed);
+}
+void server_context::connection_woke() noexcept { parked_connections_.fetch_sub(1, std::memory_order_relaxed); }
 std::uint64_t server_context::curr_connections() const noexcept {
     return curr_connections_.load(std::memory_order_relaxed);
 }
@@ -214,6 +219,8 @@ void server_context::append_stats(std::string& out) const {
     stat(out, "curr_connections", curr_connections_.load(std::memory_order_relaxed));
     stat(out, "total_connections", total_connections_.load(std::memory_order_relaxed));
     stat(out, "rejected_connections", rejected_connections_.load(std::memory_order_relaxed));
+    stat(out, "parked_connections", parked_connections_.load(std::memory_order_relaxed));  // spindle-kv's own
+    stat(out, "total_parks", total_parks_.load(std::memory_order_relaxed));                // spindle-kv's own
     for (unsigned i = 0; i < counter_count; ++i) {
         if (i == bytes_read) stat(out, "auth_cmds", std::uint64_t{0}), stat(out, "auth_errors", std::uint64_t{0});
         stat(out, counter_names[i], c[i]);

@@ -173,6 +173,10 @@ public:
     void connection_closed() noexcept;
     void connection_rejected() noexcept;
     std::uint64_t curr_connections() const noexcept;
+    // A connection parked without a fiber (idle), or woke from there
+    // (spindle-kv's own stats: parked_connections, total_parks).
+    void connection_parked() noexcept;
+    void connection_woke() noexcept;
 
     std::atomic<int>& verbosity() noexcept { return verbosity_; }
 
@@ -197,6 +201,8 @@ private:
     std::atomic<std::uint64_t> curr_connections_{0};
     std::atomic<std::uint64_t> total_connections_{0};
     std::atomic<std::uint64_t> rejected_connections_{0};
+    std::atomic<std::uint64_t> parked_connections_{0};
+    std::atomic<std::uint64_t> total_parks_{0};
     std::atomic<int> verbosity_{0};  // relaxed: a setting, read by nothing that needs order
     std::time_t started_;            // unix time at construction (stats uptime)
 };

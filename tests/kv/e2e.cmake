@@ -85,5 +85,10 @@ if(TARGET spindle_kv AND NOT CMAKE_CROSSCOMPILING)
   kv_e2e_test(disconnect_storm SERVER_ARGS -c 4096
               CLIENT ${_kv_python} ${_kv_dir}/disconnect_storm_test.py --port @PORT@)
 
+  # Quiet connections park without a fiber and wake when bytes arrive;
+  # -vv logs each sweep that parks some.
+  kv_e2e_test(parking SERVER_ARGS -c 4096 -vv
+              CLIENT ${_kv_python} ${_kv_dir}/parking_test.py --port @PORT@)
+
   kv_e2e_test(sigterm RUNNER_ARGS --expect-exit-0)
 endif()
