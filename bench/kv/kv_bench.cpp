@@ -64,9 +64,10 @@
 //                        (`-t 2`), nothing pinned (--full)
 //   idle                 N connections (--idle-conns, 2000), each sends
 //                        `version` once and reads its reply, then stays
-//                        open: the server's VmRSS with them less before,
-//                        over N (rss_kib_per_conn); one measurement per
-//                        variant per round (quick 1 round, --full 3)
+//                        open and quiet for a second: the server's VmRSS
+//                        with them less before, over N (rss_kib_per_conn);
+//                        one measurement per variant per round (quick 1
+//                        round, --full 3)
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -520,7 +521,10 @@ std::string idle_measure(const run_options& o, const server_kind& k, double& out
             why = k.name + ": `version` on connection " + std::to_string(i + 1) + " answered '" +
                   reply.substr(0, reply.find('\r')) + "'";
     }
-    if (why.empty()) usleep(200'000);
+    // Idle means idle for a while: a server may shed what a quiet
+    // connection holds (spindle-kv parks one after 0.1-0.2 s; memcached
+    // holds the same from the start).
+    if (why.empty()) usleep(1'000'000);
     const double rss1 = rss_kib(s.proc.pid);
     const bool alive = !ended(s.proc);
     for (int fd : fds) close(fd);
