@@ -140,6 +140,16 @@ constexpr std::string_view counter_names[server_context::counter_count] = {
 constexpr std::string_view bad_format = "CLIENT_ERROR bad command line format";
 constexpr std::string_view bad_exptime = "CLIENT_ERROR invalid exptime argument";
 
+// delete's legacy hold time, as memcached 1.6.18 still reads it: "delete k
+// 0", "delete k noreply" and "delete k 0 noreply" pass, anything else in
+// those slots gets the usage line. `tok` is the whole line (2 to 4 tokens).
+std::string_view delete_hold(std::span<const std::string_view> tok, bool noreply) noexcept {
+    if (tok.size() == 2) return {};
+    bool hold_is_zero = tok[2] == "0";
+    bool valid = (tok.size() == 3 && (hold_is_zero || noreply)) || (tok.size() == 4 && hold_is_zero && noreply);
+    return valid ? std::string_view{} : "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]";
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -328,6 +338,27 @@ void session::output_written() {
         out_.clear();
 }
 
+bool session::key_command(std::span<const std::string_view> tok, std::size_t n, std::size_t least, std::size_t most,
+                          std::string_view (*check)(std::span<const std::string_view>, bool)) {
+    if (n < least || n > most) {
+        reply("ERROR");
+        return false;
+    }
+    if (n > least) noreply_ = tok[n - 1] == "noreply";
+    if (check) {
+        std::string_view refused = check(tok.first(n), noreply_);
+        if (!refused.empty()) {
+            reply(refused);
+            return false;
+        }
+    }
+    if (tok[1].size() > key_max) {
+        reply(bad_format);
+        return false;
+    }
+    return true;
+}
+
 void session::reply(std::string_view s) {
     if (noreply_) return;
     out_.append(s);
@@ -445,46 +476,22 @@ bool session::dispatch(std::string_view line) {
     store& items = ctx_.items();
 
     if (cmd == "set" || cmd == "add" || cmd == "replace" || cmd == "append" || cmd == "prepend") {
-        if (n != 5 && n != 6) {
-            reply("ERROR");
-            return true;
-        }
+        if (!key_command(tok, n, 5, 6)) return true;
         mode m = cmd == "set"       ? mode::set
                  : cmd == "add"     ? mode::add
                  : cmd == "replace" ? mode::replace
                  : cmd == "append"  ? mode::append
                                     : mode::prepend;
-        if (n == 6) set_noreply();
         cmd_store(std::span(tok.data(), n), m);
         return true;
     }
     if (cmd == "cas") {
-        if (n != 6 && n != 7) {
-            reply("ERROR");
-            return true;
-        }
-        if (n == 7) set_noreply();
+        if (!key_command(tok, n, 6, 7)) return true;
         cmd_store(std::span(tok.data(), n), mode::cas);
         return true;
     }
     if (cmd == "delete") {
-        if (n < 2 || n > 4) {
-            reply("ERROR");
-            return true;
-        }
-        if (n > 2) {
-            bool hold_is_zero = tok[2] == "0";
-            set_noreply();
-            bool valid = (n == 3 && (hold_is_zero || noreply_)) || (n == 4 && hold_is_zero && noreply_);
-            if (!valid) {
-                reply("CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]");
-                return true;
-            }
-        }
-        if (tok[1].size() > key_max) {
-            reply(bad_format);
-            return true;
-        }
+        if (!key_command(tok, n, 2, 4, delete_hold)) return true;
         if (items.remove(tok[1])) {
             count(server_context::delete_hits);
             reply("DELETED");
@@ -495,15 +502,7 @@ bool session::dispatch(std::string_view line) {
         return true;
     }
     if (cmd == "incr" || cmd == "decr") {
-        if (n != 3 && n != 4) {
-            reply("ERROR");
-            return true;
-        }
-        if (n == 4) set_noreply();
-        if (tok[1].size() > key_max) {
-            reply(bad_format);
-            return true;
-        }
+        if (!key_command(tok, n, 3, 4)) return true;
         std::uint64_t delta;
         if (!parse_u64(tok[2], delta)) {
             reply("CLIENT_ERROR invalid numeric delta argument");
@@ -534,15 +533,7 @@ bool session::dispatch(std::string_view line) {
         return true;
     }
     if (cmd == "touch") {
-        if (n != 3 && n != 4) {
-            reply("ERROR");
-            return true;
-        }
-        if (n == 4) set_noreply();
-        if (tok[1].size() > key_max) {
-            reply(bad_format);
-            return true;
-        }
+        if (!key_command(tok, n, 3, 4)) return true;
         std::int32_t exptime;
         if (!parse_i32(tok[2], exptime)) {
             reply(bad_exptime);
@@ -663,11 +654,7 @@ void session::cmd_get(std::string_view line, std::size_t pos, bool cas, bool tou
 }
 
 void session::cmd_store(std::span<std::string_view> tok, mode m) {
-    std::string_view key = tok[1];
-    if (key.size() > key_max) {
-        reply(bad_format);
-        return;
-    }
+    std::string_view key = tok[1];  // key_command checked its length
     std::uint32_t flags;
     std::int32_t exptime;
     std::int32_t vlen;

@@ -258,6 +258,16 @@ private:
     action process();
     // One command line (without its \n or \r). Returns false to close.
     bool dispatch(std::string_view line);
+    // What every command on one key checks first, in memcached's order:
+    // the line's `n` tokens (tok.size() + 1: more than tok holds) number
+    // `least` to `most`, else ERROR; a line longer than `least` has its
+    // noreply slot last (noreply_ is set if it reads "noreply"); `check`,
+    // if given, may refuse the other tokens with a reply of its own
+    // (delete's hold time); the key, tok[1], has at most key_max bytes,
+    // else CLIENT_ERROR bad command line format. False: the command was
+    // refused and answered.
+    bool key_command(std::span<const std::string_view> tok, std::size_t n, std::size_t least, std::size_t most,
+                     std::string_view (*check)(std::span<const std::string_view> tok, bool noreply) = nullptr);
     void cmd_get(std::string_view line, std::size_t key_start, bool cas, bool touch, std::int64_t exptime);
     void cmd_store(std::span<std::string_view> tok, mode m);
     void finish_value();
