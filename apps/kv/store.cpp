@@ -543,6 +543,16 @@ struct store::impl {
         reserved = want;
     }
 
+    // The way out of put() and delta() that links nothing: the reservation
+    // goes back to the budget and the item built for it (null if none) is
+    // freed. Returns `st`, for `return d.give_up(...)`.
+    template <class Status>
+    Status give_up(std::size_t& reserved, item* fresh, Status st) noexcept {
+        adjust_reservation(reserved, 0);
+        free_item(fresh);
+        return st;
+    }
+
     std::uint64_t new_cas() noexcept {
         // Relaxed: see next_cas.
         return cfg.use_cas ? next_cas.fetch_add(1, std::memory_order_relaxed) + 1 : 0;
@@ -620,11 +630,6 @@ put_status store::put(mode m, std::string_view key, std::uint32_t flags, std::in
         return put_status::no_memory;
     }
     std::size_t reserved = 0;
-    auto give_up = [&](put_status st) {
-        d.adjust_reservation(reserved, 0);
-        free_item(fresh);
-        return st;
-    };
     for (;;) {
         const std::uint32_t now = d.rel_now();
         std::unique_lock g(s.lock);
@@ -635,19 +640,20 @@ put_status store::put(mode m, std::string_view key, std::uint32_t flags, std::in
         case mode::add:
             if (old) {
                 d.bump(s, old);  // memcached promotes the existing item
-                return give_up(put_status::not_stored);
+                return d.give_up(reserved, fresh, put_status::not_stored);
             }
             break;
         case mode::replace:
         case mode::append:
         case mode::prepend:
-            if (!old) return give_up(put_status::not_stored);
+            if (!old) return d.give_up(reserved, fresh, put_status::not_stored);
             break;
         case mode::cas:
-            if (!old) return give_up(put_status::not_found);
+            if (!old) return d.give_up(reserved, fresh, put_status::not_found);
             // memcached 1.6: a request cas of 0 never matches, and with -C
             // every item's cas is 0, so every cas on a live item is EXISTS.
-            if (!d.cfg.use_cas || cas_unique == 0 || old->cas != cas_unique) return give_up(put_status::exists);
+            if (!d.cfg.use_cas || cas_unique == 0 || old->cas != cas_unique)
+                return d.give_up(reserved, fresh, put_status::exists);
             break;
         }
         std::uint32_t rel_exp;
@@ -655,7 +661,7 @@ put_status store::put(mode m, std::string_view key, std::uint32_t flags, std::in
             // memcached allocates the combined item; past the size limit the
             // allocation fails and the reply is NOT_STORED.
             if (key.size() + old->nvalue + value.size() > d.cfg.item_size_max)
-                return give_up(put_status::not_stored);
+                return d.give_up(reserved, fresh, put_status::not_stored);
             free_item(fresh);
             fresh = m == mode::append ? make_item(h, key, old->flags, old->value(), value)
                                       : make_item(h, key, old->flags, value, old->value());
@@ -663,7 +669,7 @@ put_status store::put(mode m, std::string_view key, std::uint32_t flags, std::in
         } else {
             rel_exp = d.realtime(exptime, now);
         }
-        if (fresh->charge() > d.cfg.memory_limit) return give_up(put_status::no_memory);
+        if (fresh->charge() > d.cfg.memory_limit) return d.give_up(reserved, fresh, put_status::no_memory);
         d.adjust_reservation(reserved, fresh->charge());
         switch (d.make_room(si, g, old, old ? old->charge() : 0, now)) {
         case impl::room::fits:
@@ -672,7 +678,7 @@ put_status store::put(mode m, std::string_view key, std::uint32_t flags, std::in
             continue;
         case impl::room::none:
             if (m == mode::set) d.remove(key);
-            return give_up(put_status::no_memory);
+            return d.give_up(reserved, fresh, put_status::no_memory);
         }
         d.commit(s, old, fresh, rel_exp, now);
         ++s.total_items;
@@ -746,18 +752,13 @@ delta_status store::delta(std::string_view key, bool incr, std::uint64_t delta, 
     shard& s = d.shards[si];
     std::size_t reserved = 0;
     item* fresh = nullptr;
-    auto give_up = [&](delta_status st) {
-        d.adjust_reservation(reserved, 0);
-        free_item(fresh);
-        return st;
-    };
     for (;;) {
         const std::uint32_t now = d.rel_now();
         std::unique_lock g(s.lock);
         item* old = d.find_live(s, h, key, now);
-        if (!old) return give_up(delta_status::not_found);
+        if (!old) return d.give_up(reserved, fresh, delta_status::not_found);
         std::uint64_t v;
-        if (!parse_number(old->value(), v)) return give_up(delta_status::non_numeric);
+        if (!parse_number(old->value(), v)) return d.give_up(reserved, fresh, delta_status::non_numeric);
         if (incr) v += delta;  // wraps at 2^64, as memcached's
         else v = delta > v ? 0 : v - delta;
         char buf[24];
@@ -773,12 +774,12 @@ delta_status store::delta(std::string_view key, bool incr, std::uint64_t delta, 
             old->time = now;
             d.bump(s, old);
             result = v;
-            return give_up(delta_status::ok);
+            return d.give_up(reserved, fresh, delta_status::ok);
         }
         // Longer than before: a new item of exactly the digits.
         free_item(fresh);
         fresh = make_item(h, key, old->flags, std::string_view(buf, n));
-        if (fresh->charge() > d.cfg.memory_limit) return give_up(delta_status::no_memory);
+        if (fresh->charge() > d.cfg.memory_limit) return d.give_up(reserved, fresh, delta_status::no_memory);
         d.adjust_reservation(reserved, fresh->charge());
         switch (d.make_room(si, g, old, old->charge(), now)) {
         case impl::room::fits:
@@ -786,7 +787,7 @@ delta_status store::delta(std::string_view key, bool incr, std::uint64_t delta, 
         case impl::room::retry:
             continue;
         case impl::room::none:
-            return give_up(delta_status::no_memory);
+            return d.give_up(reserved, fresh, delta_status::no_memory);
         }
         d.commit(s, old, fresh, old->exptime, now);
         result = v;
