@@ -790,6 +790,7 @@ delta_status store::delta(std::string_view key, bool incr, std::uint64_t delta, 
             return d.give_up(reserved, fresh, delta_status::no_memory);
         }
         d.commit(s, old, fresh, old->exptime, now);
+        ++s.total_items;  // a new item, as memcached's item_replace counts it
         result = v;
         return delta_status::ok;
     }

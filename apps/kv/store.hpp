@@ -144,7 +144,11 @@ struct clock_source {
 
 struct store_stats {
     std::uint64_t curr_items = 0;   // live items (dead ones not yet reclaimed count too, as in memcached)
-    std::uint64_t total_items = 0;  // successful puts since start
+    // Items stored since start, as memcached 1.6.18 counts them (every item
+    // it links): each stored put, and each incr whose number outgrew its
+    // old value's bytes (a new item); not an incr or decr written in place,
+    // a touch, a gat, a remove or a refused put.
+    std::uint64_t total_items = 0;
     std::uint64_t bytes = 0;        // charged bytes of current items
     std::uint64_t evictions = 0;    // live items evicted for room
     std::uint64_t reclaimed = 0;    // dead items freed (on lookup, or to make room)

@@ -1,10 +1,11 @@
 // spindle::kv::store (apps/kv/store.hpp): every put mode and its statuses,
-// cas, append/prepend, incr/decr as memcached 1.6.18 answers them, expiry,
-// touch and gat on an injected clock (relative and absolute times),
-// flush_all now and delayed, with and without cas; the size and memory
-// limits; eviction (oldest first, only as much as needed, dead items before
-// live ones, the active bit's second chance); fibers and threads mixing
-// every operation; misuse aborts in debug builds.
+// cas, append/prepend, incr/decr as memcached 1.6.18 answers them, and
+// total_items as it counts them; expiry, touch and gat on an injected
+// clock (relative and absolute times), flush_all now and delayed, with
+// and without cas; the size and memory limits; eviction (oldest first,
+// only as much as needed, dead items before live ones, the active bit's
+// second chance); fibers and threads mixing every operation; misuse aborts
+// in debug builds.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -310,6 +311,101 @@ TEST(KvStore, IncrKeepsTheExptime) {
     clk.advance(1);
     EXPECT_FALSE(get(s, "n"));
     EXPECT_EQ(s.delta("n", true, 1, r), delta_status::not_found);
+}
+
+// total_items as memcached 1.6.18 counts it, row by row: each row's
+// command was sent to memcached -U 0 in this order, with a stats after
+// each (a socket script). memcached counts every item it links: a stored
+// put, and an incr whose number outgrows the old value's bytes (a new
+// item); an incr or decr written in place, touch, gat, delete and every
+// refused command link nothing.
+TEST(KvStore, TotalItemsCountsWhatMemcachedCounts) {
+    manual_clock clk;
+    kv::store s({.item_size_max = 1024}, clk.source());
+    std::uint64_t seen = 0;
+    auto added = [&] {
+        const std::uint64_t t = s.stats().total_items;
+        const std::uint64_t d = t - seen;
+        seen = t;
+        return d;
+    };
+    std::uint64_t r = 0;
+    auto cas_of = [&](std::string_view key) { return get(s, key)->cas; };
+
+    EXPECT_EQ(s.put(mode::set, "a", 0, 0, "10"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "set";
+    EXPECT_EQ(s.put(mode::set, "a", 0, 0, "10"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "set over a live item";
+    EXPECT_EQ(s.put(mode::add, "a", 0, 0, "x"), put_status::not_stored);
+    EXPECT_EQ(added(), 0u) << "add, refused";
+    EXPECT_EQ(s.put(mode::add, "b", 0, 0, "x"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "add";
+    EXPECT_EQ(s.put(mode::replace, "b", 0, 0, "y"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "replace";
+    EXPECT_EQ(s.put(mode::replace, "zz", 0, 0, "y"), put_status::not_stored);
+    EXPECT_EQ(added(), 0u) << "replace, refused";
+    EXPECT_EQ(s.put(mode::append, "b", 0, 0, "z"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "append";
+    EXPECT_EQ(s.put(mode::prepend, "b", 0, 0, "w"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "prepend";
+    EXPECT_EQ(s.put(mode::append, "zz", 0, 0, "z"), put_status::not_stored);
+    EXPECT_EQ(added(), 0u) << "append, refused";
+    EXPECT_EQ(s.put(mode::prepend, "zz", 0, 0, "z"), put_status::not_stored);
+    EXPECT_EQ(added(), 0u) << "prepend, refused";
+
+    EXPECT_EQ(s.delta("a", true, 1, r), delta_status::ok);  // "10" -> "11"
+    EXPECT_EQ(added(), 0u) << "incr in place";
+    EXPECT_EQ(s.delta("a", false, 6, r), delta_status::ok);  // "11" -> "5 "
+    EXPECT_EQ(added(), 0u) << "decr in place";
+    EXPECT_EQ(s.delta("a", true, 95, r), delta_status::ok);  // "5 " -> "100"
+    EXPECT_EQ(value(s, "a"), "100");
+    EXPECT_EQ(added(), 1u) << "incr outgrowing the old value";
+    EXPECT_EQ(s.delta("zz", true, 1, r), delta_status::not_found);
+    EXPECT_EQ(added(), 0u) << "incr, missing";
+    EXPECT_EQ(s.delta("zz", false, 1, r), delta_status::not_found);
+    EXPECT_EQ(added(), 0u) << "decr, missing";
+    EXPECT_EQ(s.delta("b", true, 1, r), delta_status::non_numeric);
+    EXPECT_EQ(added(), 0u) << "incr, non-numeric";
+    EXPECT_EQ(s.put(mode::set, "n", 0, 0, "99"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "set";
+    EXPECT_EQ(s.delta("n", true, 1, r), delta_status::ok);  // "99" -> "100"
+    EXPECT_EQ(added(), 1u) << "incr outgrowing the old value";
+    EXPECT_EQ(s.delta("n", false, 1, r), delta_status::ok);  // "100" -> "99 "
+    EXPECT_EQ(added(), 0u) << "decr in place";
+
+    EXPECT_TRUE(s.touch("a", 100));
+    EXPECT_EQ(added(), 0u) << "touch";
+    EXPECT_FALSE(s.touch("zz", 100));
+    EXPECT_EQ(added(), 0u) << "touch, missing";
+    EXPECT_TRUE(s.get_and_touch("a", 100, [](const kv::item_info&, std::string_view) {}));
+    EXPECT_EQ(added(), 0u) << "gat";
+
+    EXPECT_EQ(s.put(mode::cas, "b", 0, 0, "c", cas_of("b")), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "cas";
+    EXPECT_EQ(s.put(mode::cas, "b", 0, 0, "c", cas_of("b") + 1), put_status::exists);
+    EXPECT_EQ(added(), 0u) << "cas, another value's";
+    EXPECT_EQ(s.put(mode::cas, "zz", 0, 0, "c", 1), put_status::not_found);
+    EXPECT_EQ(added(), 0u) << "cas, missing";
+
+    EXPECT_EQ(s.put(mode::set, "d", 0, -1, "x"), put_status::stored);
+    EXPECT_EQ(added(), 1u) << "set, already expired";
+    EXPECT_TRUE(s.remove("a"));
+    EXPECT_EQ(added(), 0u) << "delete";
+    EXPECT_EQ(s.put(mode::set, "big", 0, 0, std::string(1024, 'x')), put_status::too_large);
+    EXPECT_EQ(added(), 0u) << "set, too large";
+    EXPECT_EQ(s.put(mode::set, "b", 0, 0, std::string(1024, 'x')), put_status::too_large);
+    EXPECT_EQ(added(), 0u) << "set, too large, over a live item";
+    EXPECT_EQ(s.stats().total_items, 11u);  // memcached's, after the same commands
+}
+
+// An incr that outgrows its item and finds no room links nothing.
+TEST(KvStore, AnIncrWithNoRoomCountsNoItem) {
+    kv::store s({.memory_limit = charge("n", "99"), .shards = 1});
+    ASSERT_EQ(s.put(mode::set, "n", 0, 0, "99"), put_status::stored);
+    std::uint64_t r = 0;
+    EXPECT_EQ(s.delta("n", true, 1, r), delta_status::no_memory);
+    EXPECT_EQ(value(s, "n"), "99");
+    EXPECT_EQ(s.stats().total_items, 1u);
 }
 
 // ---- time -----------------------------------------------------------------------
