@@ -103,6 +103,8 @@
 //
 // Counters not kept: get_expired and get_flushed stay 0 (the store does not
 // say why a key missed); meta commands (mg, ms, md, ...) are unknown: ERROR.
+// Counters added: parked_connections and total_parks (idle connections
+// without a fiber, apps/kv/main.cpp), after rejected_connections.
 //
 // Threads: a session belongs to one connection and is used by one fiber (or
 // thread) at a time. server_context is shared by all sessions: its counters
