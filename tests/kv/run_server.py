@@ -12,8 +12,9 @@
 # sanitizer's report, and (--expect-exit-0) when the server does not exit
 # with status 0 within 10 s of SIGTERM. With --expect-exit-0 the SIGTERM
 # comes while connections are open: HOLD idle ones, each with an item
-# stored, and one in the middle of a command line and one in the middle of
-# a value, as a server stopped in service has them.
+# stored (parked by the time the signal comes), and one in the middle of a
+# command line and one in the middle of a value, as a server stopped in
+# service has them.
 import os
 import re
 import signal
@@ -45,7 +46,25 @@ def hold_connections(port):
         assert reply == b"STORED\r\n", reply
     socks[0].sendall(b"get run_server:ho")
     socks[1].sendall(b"set run_server:hold:1 0 0 10\r\nabc")
-    print("run_server: holding %d connections open" % len(socks), flush=True)
+    # The idle ones park (no fiber) before the signal comes, so shutdown
+    # meets both kinds. A wait for the server's count, not for a time.
+    probe = socket.create_connection(("127.0.0.1", port), timeout=20)
+    socks.append(probe)
+    deadline = time.monotonic() + 60
+    while True:
+        probe.sendall(b"stats\r\n")
+        reply = b""
+        while not reply.endswith(b"END\r\n"):
+            chunk = probe.recv(65536)
+            assert chunk, "closed by the server"
+            reply += chunk
+        m = re.search(rb"STAT parked_connections ([0-9]+)", reply)
+        assert m, "no parked_connections in stats"
+        if int(m.group(1)) >= HOLD - 2:
+            break
+        assert time.monotonic() < deadline, "only %s of %d idle connections parked" % (m.group(1), HOLD - 2)
+        time.sleep(0.05)
+    print("run_server: holding %d connections open, %s of them parked" % (HOLD, m.group(1).decode()), flush=True)
     return socks
 
 
