@@ -101,8 +101,10 @@ struct epoll_engine : spindle::detail::io_engine {
     // hint for busy(): relaxed).
     std::atomic<int> waiting{0};
     epoll_event events[256];
-    int n = 0;     // events the last epoll_wait returned
-    int next = 0;  // the next one to deliver
+    // events[next, n): what the last epoll_wait returned and deliver()
+    // has not yet delivered (it takes them from the end).
+    int n = 0;
+    int next = 0;
 };
 
 epoll_engine* as_epoll(spindle::detail::io_engine* e) noexcept { return static_cast<epoll_engine*>(e); }
@@ -120,9 +122,12 @@ void edge(std::atomic<std::uintptr_t>& a) noexcept {
     }
 }
 
+// Last event first: the worker's deque runs newest first, so the woken
+// fibers then run in the order the kernel reported their descriptors (see
+// unpark_reaped in uring.cpp for what the other order does to the tail).
 void deliver(epoll_engine* e) noexcept {
     while (e->next < e->n) {
-        epoll_event& ev = e->events[e->next++];
+        epoll_event& ev = e->events[--e->n];
         if (ev.data.ptr == nullptr) continue;  // the wake eventfd
         auto* d = static_cast<poll_desc*>(ev.data.ptr);
         if ((ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0 && !d->rd_closed.load(std::memory_order_relaxed))

@@ -78,6 +78,9 @@ struct uring_engine : spindle::detail::io_engine {
     // earliest: one wake-up for a burst of equal deadlines, where one
     // kernel timeout per sleep cost 12x more CPU (see op_sleep).
     std::vector<struct sleeper*> timers;
+    // reap()'s waiters to unpark, in completion order (owner only;
+    // capacity cq_entries, reserved at creation: reap never allocates).
+    std::vector<waiter*> reaped;
 };
 
 struct sleeper {
@@ -159,6 +162,19 @@ void list_remove(uring_engine* e, uring_op* o) noexcept {
     o->listed = false;
 }
 
+// Unparks what reap() collected, last completion first: the worker's
+// deque runs newest first, so the fibers then run in completion order.
+// Pushed in completion order they ran last-first: a connection whose reply
+// completed early in a round waited for the whole round behind the later
+// ones, and the next round's order reversed again -- a p99 at 1000
+// connections of 2.3x the p50, where an event loop that serves its events
+// in order has 1.6x.
+void unpark_reaped(uring_engine* e) noexcept {
+    for (std::size_t i = e->reaped.size(); i-- > 0;)
+        spindle::detail::unpark(e->reaped[i]);  // its operation may be gone from here on
+    e->reaped.clear();
+}
+
 // Deliver completions (owner only).
 void reap(uring_engine* e) noexcept {
     unsigned head;
@@ -176,9 +192,11 @@ void reap(uring_engine* e) noexcept {
         o->res = cqe->res;
         if (o->listed) list_remove(e, o);
         --e->in_flight;
-        spindle::detail::unpark(&o->wt);  // o may be gone from here on
+        if (e->reaped.size() == e->reaped.capacity()) unpark_reaped(e);  // (more than a full CQ: overflow)
+        e->reaped.push_back(&o->wt);
     }
     io_uring_cq_advance(&e->ring, n);
+    unpark_reaped(e);
     if (!e->wake_armed) arm_wake(e);
 }
 
@@ -297,6 +315,7 @@ uring_engine* engine_of(worker* w) noexcept {
         if (r != -EINVAL) break;
     }
     if (r < 0) spindle::detail::fatal("worker %u: io_uring_setup failed: %s", w->index, std::strerror(-r));
+    e->reaped.reserve(cq_entries);
     e->wake_fd = ::eventfd(0, EFD_CLOEXEC);
     if (e->wake_fd < 0) spindle::detail::fatal("worker %u: eventfd failed: %s", w->index, std::strerror(errno));
     arm_wake(e);
