@@ -277,7 +277,7 @@ outcome serve(conn& c, kv::server_context& ctx, const std::stop_token& shutdown)
 //   park:      lock; stopping? close : served = false, arm it in the idle set; unlock
 //   wake:      lock; stopping? skip (shutdown freed it) : served = true, start a fiber; unlock
 //   hand over: lock; stopping? close : start a successor fiber; unlock
-//   close:     lock; unlink; unlock; delete (closing the socket takes it out of the idle set)
+//   close:     lock; unlink, delete (closing the socket takes it out of the idle set); unlock
 //   sweep:     lock; each served one that read nothing since the last look: request its fiber's stop; unlock
 //   shutdown:  lock; stopping = true; request each served fiber's stop; close each parked one; unlock
 // After park, hand over or close returns true, the fiber that called it
@@ -339,7 +339,14 @@ struct server {
     // fiber. Ends at shutdown (stop request).
     void watch() {
         for (;;) {
-            if (io::wait_readable(idle_fd)) return;
+            if (std::error_code e = io::wait_readable(idle_fd)) {
+                if (e == std::errc::operation_canceled) return;  // shutdown
+                // Anything else (EINTR, ENOMEM) must not strand the parked
+                // connections: say so and wait again.
+                std::fprintf(stderr, "spindle-kv: waiting for idle connections: %s\n", e.message().c_str());
+                if (!spindle::this_fiber::sleep_for(std::chrono::milliseconds(10))) return;
+                continue;
+            }
             epoll_event evs[64];
             int n = ::epoll_wait(idle_fd, evs, 64, 0);
             std::lock_guard g(lock);
@@ -403,8 +410,12 @@ private:
         ev.events = EPOLLIN | EPOLLRDHUP | EPOLLONESHOT;
         ev.data.ptr = c;
         if (::epoll_ctl(idle_fd, c->in_idle_set ? EPOLL_CTL_MOD : EPOLL_CTL_ADD, c->s.native_handle(), &ev) != 0) {
-            std::fprintf(stderr, "spindle-kv: epoll_ctl: %s; closing the connection\n", std::strerror(errno));
-            return false;
+            // (ENOSPC past max_user_watches, ENOMEM): the connection stays
+            // served, by a new fiber (this one's stop was requested).
+            if (ctx.verbosity().load(std::memory_order_relaxed) >= 1)
+                std::fprintf(stderr, "spindle-kv: epoll_ctl: %s; the connection keeps a fiber\n", std::strerror(errno));
+            start(c);
+            return true;
         }
         c->in_idle_set = true;
         c->served = false;
