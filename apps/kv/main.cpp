@@ -308,6 +308,7 @@ struct server {
 
     // Takes a new connection; false after shutdown (the stream is closed).
     bool add(io::stream s) {
+        (void)s.set_nodelay(true);  // replies go out at once, as memcached's do
         std::lock_guard g(lock);
         if (stopping) return false;
         auto* c = new conn(std::move(s));
