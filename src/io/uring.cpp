@@ -219,13 +219,24 @@ void process_cancels(uring_engine* e) noexcept {
     // increments, so every operation marked before them is seen marked.
     if (e->cancel_requests.load(std::memory_order_relaxed) == 0) return;
     e->cancel_requests.exchange(0, std::memory_order_acquire);
-    for (uring_op* o = e->cancellable; o != nullptr; o = o->next) {
-        if (o->cancel_sent || !o->stop_requested.load(std::memory_order_acquire)) continue;
-        reserve(e, 1);
+    for (uring_op* o = e->cancellable; o != nullptr;) {
+        if (o->cancel_sent || !o->stop_requested.load(std::memory_order_acquire)) {
+            o = o->next;
+            continue;
+        }
+        if (io_uring_sq_space_left(&e->ring) == 0) {
+            // Making room may reap, and a reaped operation's fiber may run
+            // on another worker at once: o and its neighbours may be gone.
+            // Start over; what was sent is marked cancel_sent.
+            reserve(e, 1);
+            o = e->cancellable;
+            continue;
+        }
         io_uring_sqe* s = io_uring_get_sqe(&e->ring);
         io_uring_prep_cancel64(s, reinterpret_cast<std::uintptr_t>(o), 0);
         io_uring_sqe_set_data64(s, tag_ignore);
         o->cancel_sent = true;
+        o = o->next;
     }
     for (std::size_t i = 0; i < e->timers.size();) {
         sleeper* s = e->timers[i];
