@@ -24,6 +24,8 @@ import sys
 import tempfile
 import time
 
+import kvtest
+
 SKIP = 77
 PORT_RE = re.compile(rb"listening on [^ ]*:([0-9]+)")
 SANITIZER_RE = re.compile(rb"AddressSanitizer|LeakSanitizer|ThreadSanitizer|UndefinedBehaviorSanitizer|runtime error")
@@ -48,23 +50,11 @@ def hold_connections(port):
     socks[1].sendall(b"set run_server:hold:1 0 0 10\r\nabc")
     # The idle ones park (no fiber) before the signal comes, so shutdown
     # meets both kinds. A wait for the server's count, not for a time.
-    probe = socket.create_connection(("127.0.0.1", port), timeout=20)
-    socks.append(probe)
-    deadline = time.monotonic() + 60
-    while True:
-        probe.sendall(b"stats\r\n")
-        reply = b""
-        while not reply.endswith(b"END\r\n"):
-            chunk = probe.recv(65536)
-            assert chunk, "closed by the server"
-            reply += chunk
-        m = re.search(rb"STAT parked_connections ([0-9]+)", reply)
-        assert m, "no parked_connections in stats"
-        if int(m.group(1)) >= HOLD - 2:
-            break
-        assert time.monotonic() < deadline, "only %s of %d idle connections parked" % (m.group(1), HOLD - 2)
-        time.sleep(0.05)
-    print("run_server: holding %d connections open, %s of them parked" % (HOLD, m.group(1).decode()), flush=True)
+    probe = kvtest.Conn("127.0.0.1", port)
+    socks.append(probe.sock)
+    parked = lambda: int(probe.stats().get("parked_connections", -1))
+    kvtest.wait_for(lambda: parked() >= HOLD - 2, "%d idle connections parked" % (HOLD - 2), timeout=60)
+    print("run_server: holding %d connections open, %d of them parked" % (HOLD, parked()), flush=True)
     return socks
 
 
@@ -112,7 +102,7 @@ def main(argv):
         if expect_exit_0 and rc == 0:
             try:
                 held = hold_connections(int(port))
-            except (OSError, AssertionError) as e:
+            except (OSError, AssertionError, kvtest.Failure) as e:
                 print("run_server: FAIL: opening connections to hold: %r" % (e,))
                 rc = 1
         server.send_signal(signal.SIGTERM)
