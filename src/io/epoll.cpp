@@ -181,7 +181,7 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
     delete e;
 }
 
-const spindle::detail::io_engine_ops epoll_ops = {&op_wake, &op_block, &op_poll, &op_busy, &op_destroy, nullptr};
+const spindle::detail::io_engine_ops epoll_ops = {&op_wake, &op_block, &op_poll, &op_busy, &op_destroy, nullptr, nullptr, nullptr};
 
 epoll_engine* engine_of(worker* w) noexcept {
     auto* cur = w->io.load(std::memory_order_relaxed);  // relaxed: only the owner stores it

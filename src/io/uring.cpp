@@ -298,7 +298,25 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
 
 bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept;
 
-const spindle::detail::io_engine_ops uring_ops = {&op_wake, &op_block, &op_poll, &op_busy, &op_destroy, &op_sleep};
+void op_flush(spindle::detail::io_engine* base) noexcept {
+    uring_engine* e = as_uring(base);
+    process_cancels(e);
+    if (!e->wake_armed) arm_wake(e);
+    if (io_uring_sq_ready(&e->ring) != 0) io_uring_submit(&e->ring);
+}
+
+bool op_completions_pending(spindle::detail::io_engine* base) noexcept {
+    uring_engine* e = as_uring(base);
+    // With DEFER_TASKRUN or COOP_TASKRUN (both set TASKRUN_FLAG) a finished
+    // operation first shows as IORING_SQ_TASKRUN, and as a CQE only after
+    // the next io_uring_enter: look at both.
+    return io_uring_cq_ready(&e->ring) != 0 || io_uring_cq_has_overflow(&e->ring) ||
+           (IO_URING_READ_ONCE(*e->ring.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+}
+
+const spindle::detail::io_engine_ops uring_ops = {&op_wake,    &op_block, &op_poll,
+                                                  &op_busy,    &op_destroy, &op_sleep,
+                                                  &op_flush,   &op_completions_pending};
 
 uring_engine* engine_of(worker* w) noexcept {
     // relaxed: only this thread (the owner) stores it.

@@ -27,6 +27,7 @@ struct scheduler_state {
     std::vector<std::unique_ptr<worker>> workers;
     std::vector<std::thread> threads;
     std::size_t stack_size = default_stack_size;
+    std::int64_t io_spin_ns = 0;  // options::io_spin; written before the workers start
     // Fibers spawned and not finished. Incremented before a fiber is
     // published, decremented by the fiber as it finishes. seq_cst with
     // `stopping`: see should_stop().

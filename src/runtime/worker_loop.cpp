@@ -2,6 +2,7 @@
 // when they are empty, and parks on its futex when there is nothing to
 // steal either. Also a fiber's yield. The queues are in run_queues.hpp; the
 // data structures in include/spindle/runtime/detail/worker.hpp.
+#include <chrono>
 #include <cstdint>
 
 #include <spindle/runtime/detail/debug_layout.hpp>
@@ -104,6 +105,21 @@ void park_worker(worker* w) noexcept {
     s->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
+// A worker whose fibers all wait for I/O, before it sleeps: submit what is
+// queued, then watch the engine until `until` for completions (and the
+// other queues for work). Returns what it found, or null.
+fiber_ctx* watch_engine(worker* w, io_engine* e, std::chrono::steady_clock::time_point until) noexcept {
+    e->ops->flush(e);
+    for (;;) {
+        // The poll may enter the kernel, which a completion posted as task
+        // work (DEFER_TASKRUN) needs before it shows in the queue.
+        if (e->ops->completions_pending(e)) poll_io(w, e, true);
+        if (fiber_ctx* f = find_work(w)) return f;
+        for (int k = 0; k < 16; ++k) arch::cpu_relax();
+        if (std::chrono::steady_clock::now() >= until) return nullptr;
+    }
+}
+
 }  // namespace
 
 void run_post_slow(worker* w) noexcept {
@@ -117,14 +133,24 @@ void run_worker_thread(worker* w) {
     defer_stack_pool_trim();
     set_current_worker(w);
     w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
+    using clock = std::chrono::steady_clock;
+    clock::time_point idle_from{};  // start of an idle spell that may adapt the watch; {} if none
     for (;;) {
         run_post(w);
         fiber_ctx* f = find_work(w);
         io_engine* e = w->io.load(std::memory_order_relaxed);
         if (f == nullptr && e != nullptr && e->ops->busy(e)) {
-            // Operations queued or in flight: no spinning, which would only
-            // hold the queued submissions back. Sleep in the engine (which
-            // submits them) at once.
+            // Operations queued or in flight: no spinning on the queues,
+            // which would only hold the queued submissions back. Watch the
+            // engine a while (options::io_spin) where it can be watched,
+            // else sleep in it (which submits them) at once.
+            // A wake-up that found nothing continues the spell (io_watch):
+            // no second watch.
+            if (e->ops->flush != nullptr && w->sched->io_spin_ns > 0 && idle_from == clock::time_point{}) {
+                idle_from = clock::now();
+                f = watch_engine(w, e, idle_from + std::chrono::nanoseconds(w->watch.window));
+                if (f != nullptr) idle_from = clock::time_point{};  // caught: the window stands
+            }
         } else if (f == nullptr && !should_stop(w->sched)) {
             // Spin a little before paying for a futex sleep and wake: work
             // handed off by a CES unlock often arrives within microseconds.
@@ -134,6 +160,11 @@ void run_worker_thread(worker* w) {
             }
         }
         if (f != nullptr) {
+            if (idle_from != clock::time_point{}) {
+                auto gap = std::chrono::duration_cast<std::chrono::nanoseconds>(clock::now() - idle_from);
+                w->watch.slept(gap.count(), w->sched->io_spin_ns);
+                idle_from = clock::time_point{};
+            }
             settle(w, f);
             f->next = f->prev = f;
             w->current = f;

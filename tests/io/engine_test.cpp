@@ -1,10 +1,13 @@
 // The runtime side of the I/O layer: sleeping on an io_uring worker's own
-// timer heap, and a worker whose fibers never suspend still moving I/O.
+// timer heap, a worker whose fibers never suspend still moving I/O, and a
+// worker that watches its ring before it sleeps (scheduler::options::io_spin).
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -103,6 +106,81 @@ TEST(IoEngine, AYieldingFiberStillLetsIoComplete) {
     rx.join();
     spin.join();
     EXPECT_EQ(got.load(), 3);
+    ::close(sv[1]);
+}
+
+TEST(IoEngine, WatchOptionMustNotBeNegative) {
+    EXPECT_THROW(spindle::scheduler({.workers = 1, .io_spin = std::chrono::microseconds(-1)}), std::invalid_argument);
+}
+
+// Ping-pong with a plain thread, `rounds` times, each reply after `pause`:
+// every byte comes back in order whatever the worker does while idle.
+void ping_pong(std::chrono::microseconds io_spin, int rounds, std::chrono::microseconds pause) {
+    spindle::scheduler s({.workers = 1, .io_spin = io_spin});
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    io::stream a(sv[0]);
+    std::thread echo([&, fd = sv[1]] {
+        for (int i = 0; i < rounds; ++i) {
+            char c;
+            ASSERT_EQ(::read(fd, &c, 1), 1);
+            if (pause.count() != 0) std::this_thread::sleep_for(pause);
+            ASSERT_EQ(::write(fd, &c, 1), 1);
+        }
+    });
+    s.spawn([&] {
+         for (int i = 0; i < rounds; ++i) {
+             char c = static_cast<char>('a' + i % 26), back = 0;
+             ASSERT_FALSE(a.write_all(&c, 1));
+             ASSERT_FALSE(a.read_exact(&back, 1));
+             ASSERT_EQ(back, c) << "round " << i;
+         }
+     }).join();
+    echo.join();
+    ::close(sv[1]);
+}
+
+TEST(IoEngine, PingPongWithoutAWatch) { ping_pong(std::chrono::microseconds(0), 2000, {}); }
+
+TEST(IoEngine, PingPongWithAWatchLongerThanEveryWait) {
+    // Every wait ends within the watch: the worker hardly ever sleeps.
+    ping_pong(std::chrono::seconds(1), 2000, {});
+}
+
+TEST(IoEngine, PingPongWithWaitsLongerThanTheWatch) {
+    // Every wait outlasts the watch: the window shrinks to nothing and the
+    // worker sleeps in the ring at once.
+    ping_pong(std::chrono::microseconds(20), 100, std::chrono::milliseconds(1));
+}
+
+TEST(IoEngine, AStopEndsAReadWhileTheWorkerWatches) {
+    // A ten-second watch and a read nobody answers: the stop request from
+    // another thread must end the read at once (the watch sees the engine's
+    // wake-up and submits the cancel), not when the watch gives up.
+    spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(10)});
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    io::stream a(sv[0]);
+    for (int round = 0; round < 2; ++round) {
+        std::stop_source stop;
+        std::atomic<bool> reading{false};
+        auto rx = s.spawn([&] {
+            char c = 0;
+            EXPECT_FALSE(a.write_all("x", 1));  // a short wait first: opens the window
+            reading = true;
+            auto n = a.read_some(&c, 1, {.stop = stop.get_token()});
+            ASSERT_FALSE(n);
+            EXPECT_EQ(n.error(), std::errc::operation_canceled) << n.error().message();
+        });
+        while (!reading) std::this_thread::yield();
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        auto t0 = steady::now();
+        stop.request_stop();
+        rx.join();
+        EXPECT_LT(steady::now() - t0, std::chrono::seconds(5)) << "the cancel waited for the watch to end";
+        char drain;
+        ASSERT_EQ(::read(sv[1], &drain, 1), 1);
+    }
     ::close(sv[1]);
 }
 

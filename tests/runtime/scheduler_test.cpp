@@ -12,6 +12,7 @@
 #include <vector>
 
 #include <spindle/runtime/fiber.hpp>
+#include <spindle/runtime/detail/worker.hpp>
 #include <spindle/runtime/scheduler.hpp>
 
 #include "../support/fiber_fixtures.hpp"
@@ -73,6 +74,43 @@ TEST(Executor, SleepForSleepsAndStopWakesEarly) {
         }));
     for (auto& x : fs) x.join();
     EXPECT_EQ(woke.load(), 200);
+}
+
+// The idle watch's policy (detail::io_watch), spell by spell: the window
+// opens to the full watch while sleeps are short on average, halves down to
+// nothing while they are long, and one short sleep among long ones does
+// not reopen it.
+TEST(IoWatch, OpensOnShortSleepsAndClosesOnLongOnes) {
+    constexpr std::int64_t max = 100'000;  // ns
+    spindle::detail::io_watch w;
+    EXPECT_EQ(w.window, 0);
+    w.slept(40'000, max);
+    EXPECT_EQ(w.window, max);
+    // Long sleeps: the average passes max, then every spell halves.
+    std::vector<std::int64_t> seen;
+    for (int i = 0; i < 12 && w.window != 0; ++i) {
+        w.slept(2'000'000, max);
+        seen.push_back(w.window);
+    }
+    EXPECT_EQ(seen.front(), max / 2);
+    EXPECT_EQ(w.window, 0) << "never closed";
+    for (std::size_t i = 1; i < seen.size(); ++i) EXPECT_LT(seen[i], seen[i - 1]);
+    // A sleep of 5 us after a send among 2 ms waits: stays closed.
+    for (int i = 0; i < 20; ++i) {
+        w.slept(5'000, max);
+        EXPECT_EQ(w.window, 0) << "spell " << i;
+        w.slept(2'000'000, max);
+        EXPECT_EQ(w.window, 0) << "spell " << i;
+    }
+    // The load turns into ping-pong: a few short sleeps bring the average
+    // down and the window back.
+    int spells = 0;
+    while (w.window == 0 && spells < 20) {
+        w.slept(30'000, max);
+        ++spells;
+    }
+    EXPECT_EQ(w.window, max);
+    EXPECT_GT(spells, 1);
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 //   a fiber that never finishes               makes ~scheduler() wait forever
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <memory>
 #include <utility>
@@ -41,6 +42,16 @@ public:
         // Default usable stack size of its fibers; 0 means SPINDLE_STACK_SIZE
         // from the environment, or 128 KiB. At least 16 KiB.
         std::size_t stack_size = 0;
+        // How long a worker whose fibers all wait for I/O keeps watching
+        // its io_uring ring for completions before it sleeps in the
+        // kernel. A sleep and wake-up costs a context switch and, on a
+        // virtual machine, often tens of microseconds of wake-up latency;
+        // a request that arrives while the worker watches is served at
+        // once. Adaptive: a worker stops watching while its idle gaps turn
+        // out longer than this, and watches again once they are short.
+        // Zero: sleep at once. The epoll backend always sleeps at once
+        // (it cannot watch without a system call).
+        std::chrono::microseconds io_spin{100};
     };
 
     scheduler() : scheduler(options{}) {}

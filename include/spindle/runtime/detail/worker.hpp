@@ -85,6 +85,13 @@ struct scheduler_state;
 //   sleep    the running fiber sleeps until a time, on the engine's own
 //            timers (this_fiber::sleep_until); false if stopped first.
 //            Null where the engine has none (epoll: the timer thread)
+//   flush    owner, idle: submit what is queued without waiting (before
+//            the worker watches the engine; see scheduler::options::io_spin)
+//   completions_pending
+//            owner: whether a poll would find completions, read from
+//            memory the kernel shares, with no system call.
+//            flush and completions_pending are null where the engine
+//            cannot be watched that way (epoll)
 struct io_engine;
 struct io_engine_ops {
     void (*wake)(io_engine*) noexcept;
@@ -93,9 +100,36 @@ struct io_engine_ops {
     bool (*busy)(io_engine*) noexcept;
     void (*destroy)(io_engine*) noexcept;
     bool (*sleep)(io_engine*, std::chrono::steady_clock::time_point) noexcept;
+    void (*flush)(io_engine*) noexcept;
+    bool (*completions_pending)(io_engine*) noexcept;
 };
 struct io_engine {
     const io_engine_ops* ops;
+};
+
+// How long a worker whose fibers all wait for I/O watches its engine before
+// it sleeps (scheduler::options::io_spin, `max` below), learned from its idle
+// spells. A spell runs from running out of fibers to finding one, across
+// any wake-up that found nothing. The worker first submits and looks once
+// (what completes as it is submitted, a send with room, ends the spell
+// there and says nothing about waits), then watches for `window` ns; a
+// spell the watch ends leaves the window as it is. A spell that ended in a
+// sleep is reported to slept(): while such spells are short on average, no
+// longer than `max`, a watch that long would have caught them, so the
+// window becomes `max`; while they are longer it halves, down to nothing
+// within a few spells, so a lightly loaded worker soon sleeps at once
+// again. The average (the newest spell weighs 1/4), not the last spell,
+// decides, so one short sleep among long ones does not bring the watch
+// back.
+struct io_watch {
+    std::int64_t window = 0;   // ns the next watch lasts, 0..max
+    std::int64_t gap_avg = 0;  // ns, over the spells that ended in a sleep
+
+    void slept(std::int64_t gap, std::int64_t max) noexcept {
+        gap_avg += (gap - gap_avg) / 4;
+        if (gap_avg <= max) window = max;
+        else if ((window /= 2) < 1000) window = 0;  // under 1 us: not worth a look
+    }
 };
 
 // Sentinel stored in fiber_ctx::join_state once the fiber finished.
@@ -207,6 +241,7 @@ struct alignas(arch::cache_line) worker {
     std::atomic<io_engine*> io{nullptr};
     std::uint32_t io_ticks = 0;  // owner: suspensions since the last poll
     std::uint32_t io_round = 0;  // owner: fibers ready after the last poll (poll_io)
+    io_watch watch;  // owner
 };
 
 // The worker whose thread this is; null on other threads. The variable
