@@ -298,11 +298,15 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
 
 bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept;
 
-void op_flush(spindle::detail::io_engine* base) noexcept {
+bool op_flush(spindle::detail::io_engine* base) noexcept {
     uring_engine* e = as_uring(base);
+    // Only sleepers: their deadlines are known, and block() sleeps until
+    // the earliest; watching would only burn the time in between.
+    if (e->in_flight == 0) return false;
     process_cancels(e);
     if (!e->wake_armed) arm_wake(e);
     if (io_uring_sq_ready(&e->ring) != 0) io_uring_submit(&e->ring);
+    return true;
 }
 
 bool op_completions_pending(spindle::detail::io_engine* base) noexcept {

@@ -109,7 +109,6 @@ void park_worker(worker* w) noexcept {
 // queued, then watch the engine until `until` for completions (and the
 // other queues for work). Returns what it found, or null.
 fiber_ctx* watch_engine(worker* w, io_engine* e, std::chrono::steady_clock::time_point until) noexcept {
-    e->ops->flush(e);
     for (;;) {
         // The poll may enter the kernel, which a completion posted as task
         // work (DEFER_TASKRUN) needs before it shows in the queue.
@@ -146,7 +145,8 @@ void run_worker_thread(worker* w) {
             // else sleep in it (which submits them) at once.
             // A wake-up that found nothing continues the spell (io_watch):
             // no second watch.
-            if (e->ops->flush != nullptr && w->sched->io_spin_ns > 0 && idle_from == clock::time_point{}) {
+            if (e->ops->flush != nullptr && w->sched->io_spin_ns > 0 && idle_from == clock::time_point{} &&
+                e->ops->flush(e)) {
                 idle_from = clock::now();
                 f = watch_engine(w, e, idle_from + std::chrono::nanoseconds(w->watch.window));
                 if (f != nullptr) idle_from = clock::time_point{};  // caught: the window stands

@@ -1,6 +1,7 @@
 // The runtime side of the I/O layer: sleeping on an io_uring worker's own
 // timer heap, a worker whose fibers never suspend still moving I/O, and a
 // worker that watches its ring before it sleeps (scheduler::options::io_spin).
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -151,6 +152,32 @@ TEST(IoEngine, PingPongWithWaitsLongerThanTheWatch) {
     // Every wait outlasts the watch: the window shrinks to nothing and the
     // worker sleeps in the ring at once.
     ping_pong(std::chrono::microseconds(20), 100, std::chrono::milliseconds(1));
+}
+
+// Process CPU time (user + system) so far.
+std::chrono::microseconds process_cpu() {
+    rusage u{};
+    ::getrusage(RUSAGE_SELF, &u);
+    auto us = [](const timeval& t) { return std::chrono::seconds(t.tv_sec) + std::chrono::microseconds(t.tv_usec); };
+    return us(u.ru_utime) + us(u.ru_stime);
+}
+
+TEST(IoEngine, SleepersAloneAreNotWatched) {
+    // A one-second watch, and a fiber that only sleeps (5 ms at a time,
+    // within the watch): the worker knows when the next one ends, so it
+    // must sleep until then, not spin through it.
+    spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(1)});
+    make_engines(s);
+    std::chrono::microseconds cpu{}, wall{};
+    s.spawn([&] {
+         auto c0 = process_cpu();
+         auto t0 = steady::now();
+         for (int i = 0; i < 20; ++i) EXPECT_TRUE(spindle::this_fiber::sleep_for(std::chrono::milliseconds(5)));
+         wall = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - t0);
+         cpu = process_cpu() - c0;
+     }).join();
+    EXPECT_LT(cpu * 2, wall) << "the worker spun through its fiber's sleeps: " << cpu.count() << " us of CPU in "
+                             << wall.count() << " us";
 }
 
 TEST(IoEngine, AStopEndsAReadWhileTheWorkerWatches) {

@@ -85,8 +85,10 @@ struct scheduler_state;
 //   sleep    the running fiber sleeps until a time, on the engine's own
 //            timers (this_fiber::sleep_until); false if stopped first.
 //            Null where the engine has none (epoll: the timer thread)
-//   flush    owner, idle: submit what is queued without waiting (before
-//            the worker watches the engine; see scheduler::options::io_spin)
+//   flush    owner, idle: submit what is queued without waiting, before
+//            the worker watches the engine (scheduler::options::io_spin);
+//            false, submitting nothing, when no operation is in flight
+//            (only sleepers, whose deadlines block() sleeps until)
 //   completions_pending
 //            owner: whether a poll would find completions, read from
 //            memory the kernel shares, with no system call.
@@ -100,7 +102,7 @@ struct io_engine_ops {
     bool (*busy)(io_engine*) noexcept;
     void (*destroy)(io_engine*) noexcept;
     bool (*sleep)(io_engine*, std::chrono::steady_clock::time_point) noexcept;
-    void (*flush)(io_engine*) noexcept;
+    bool (*flush)(io_engine*) noexcept;
     bool (*completions_pending)(io_engine*) noexcept;
 };
 struct io_engine {
