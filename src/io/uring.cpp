@@ -298,29 +298,30 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
 
 bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept;
 
-bool op_flush(spindle::detail::io_engine* base) noexcept {
+bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
     uring_engine* e = as_uring(base);
-    // Only sleepers: their deadlines are known, and block() sleeps until
-    // the earliest; watching would only burn the time in between.
     if (e->in_flight == 0) return false;
+    if (!e->timers.empty() && e->timers.front()->t < horizon) return false;
     process_cancels(e);
     if (!e->wake_armed) arm_wake(e);
     if (io_uring_sq_ready(&e->ring) != 0) io_uring_submit(&e->ring);
     return true;
 }
 
-bool op_completions_pending(spindle::detail::io_engine* base) noexcept {
+bool op_poll_wanted(spindle::detail::io_engine* base) noexcept {
     uring_engine* e = as_uring(base);
-    // With DEFER_TASKRUN or COOP_TASKRUN (both set TASKRUN_FLAG) a finished
-    // operation first shows as IORING_SQ_TASKRUN, and as a CQE only after
-    // the next io_uring_enter: look at both.
+    // With DEFER_TASKRUN a finished operation first shows as
+    // IORING_SQ_TASKRUN and becomes a CQE only in the next io_uring_enter
+    // (with COOP_TASKRUN, at the next entry into the kernel). Queued
+    // submissions count too: a reap re-arms the wake descriptor's read and
+    // find_work queues cancels, and until they are submitted no wake-up
+    // or cancel can complete.
     return io_uring_cq_ready(&e->ring) != 0 || io_uring_cq_has_overflow(&e->ring) ||
-           (IO_URING_READ_ONCE(*e->ring.sq.kflags) & IORING_SQ_TASKRUN) != 0;
+           (IO_URING_READ_ONCE(*e->ring.sq.kflags) & IORING_SQ_TASKRUN) != 0 || io_uring_sq_ready(&e->ring) != 0;
 }
 
-const spindle::detail::io_engine_ops uring_ops = {&op_wake,    &op_block, &op_poll,
-                                                  &op_busy,    &op_destroy, &op_sleep,
-                                                  &op_flush,   &op_completions_pending};
+const spindle::detail::io_engine_ops uring_ops = {&op_wake,    &op_block,   &op_poll,  &op_busy,
+                                                  &op_destroy, &op_sleep,   &op_flush, &op_poll_wanted};
 
 uring_engine* engine_of(worker* w) noexcept {
     // relaxed: only this thread (the owner) stores it.

@@ -47,9 +47,9 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
         throw std::invalid_argument("spindle::scheduler: stack_size " + std::to_string(s->stack_size) +
                                     " is below the minimum of " + std::to_string(min_stack_size) +
                                     " bytes");
-    if (opts.io_spin.count() < 0)
+    if (opts.io_spin.count() < 0 || opts.io_spin > std::chrono::minutes(1))
         throw std::invalid_argument("spindle::scheduler: io_spin " + std::to_string(opts.io_spin.count()) +
-                                    " us is negative");
+                                    " us is outside 0 us .. 1 min");
     s->io_spin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.io_spin).count();
     detail::install_overflow_handler();
     for (unsigned i = 0; i < n; ++i) {

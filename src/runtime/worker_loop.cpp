@@ -111,8 +111,9 @@ void park_worker(worker* w) noexcept {
 fiber_ctx* watch_engine(worker* w, io_engine* e, std::chrono::steady_clock::time_point until) noexcept {
     for (;;) {
         // The poll may enter the kernel, which a completion posted as task
-        // work (DEFER_TASKRUN) needs before it shows in the queue.
-        if (e->ops->completions_pending(e)) poll_io(w, e, true);
+        // work (DEFER_TASKRUN) needs before it shows in the queue, and
+        // which submits what was queued since the watch began.
+        if (e->ops->poll_wanted(e)) poll_io(w, e, true);
         if (fiber_ctx* f = find_work(w)) return f;
         for (int k = 0; k < 16; ++k) arch::cpu_relax();
         if (std::chrono::steady_clock::now() >= until) return nullptr;
@@ -145,11 +146,15 @@ void run_worker_thread(worker* w) {
             // else sleep in it (which submits them) at once.
             // A wake-up that found nothing continues the spell (io_watch):
             // no second watch.
-            if (e->ops->flush != nullptr && w->sched->io_spin_ns > 0 && idle_from == clock::time_point{} &&
-                e->ops->flush(e)) {
-                idle_from = clock::now();
-                f = watch_engine(w, e, idle_from + std::chrono::nanoseconds(w->watch.window));
-                if (f != nullptr) idle_from = clock::time_point{};  // caught: the window stands
+            // A sleeper due within io_spin: no watch, and no spell, for
+            // the sleeper's wake-up would end it (flush).
+            if (e->ops->flush != nullptr && w->sched->io_spin_ns > 0 && idle_from == clock::time_point{}) {
+                auto now = clock::now();
+                if (e->ops->flush(e, now + std::chrono::nanoseconds(w->sched->io_spin_ns))) {
+                    idle_from = now;
+                    f = watch_engine(w, e, now + std::chrono::nanoseconds(w->watch.window));
+                    if (f != nullptr) idle_from = clock::time_point{};  // caught: the window stands
+                }
             }
         } else if (f == nullptr && !should_stop(w->sched)) {
             // Spin a little before paying for a futex sleep and wake: work

@@ -110,8 +110,10 @@ TEST(IoEngine, AYieldingFiberStillLetsIoComplete) {
     ::close(sv[1]);
 }
 
-TEST(IoEngine, WatchOptionMustNotBeNegative) {
+TEST(IoEngine, WatchOptionOutOfRangeIsRefused) {
     EXPECT_THROW(spindle::scheduler({.workers = 1, .io_spin = std::chrono::microseconds(-1)}), std::invalid_argument);
+    EXPECT_THROW(spindle::scheduler({.workers = 1, .io_spin = std::chrono::microseconds::max()}), std::invalid_argument);
+    spindle::scheduler ok({.workers = 1, .io_spin = std::chrono::minutes(1)});
 }
 
 // Ping-pong with a plain thread, `rounds` times, each reply after `pause`:
@@ -180,20 +182,51 @@ TEST(IoEngine, SleepersAloneAreNotWatched) {
                              << wall.count() << " us";
 }
 
+TEST(IoEngine, SleepersBesideAPendingReadAreNotWatched) {
+    // The same, with a read in flight all along (a server's idle
+    // connection): the sleeper's deadline, not the read, ends each idle
+    // spell, so the worker must still sleep until it.
+    spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(1)});
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    io::stream a(sv[0]);
+    auto reader = s.spawn([&] {
+        char c = 0;
+        auto n = a.read_some(&c, 1);
+        ASSERT_TRUE(n);
+        EXPECT_EQ(*n, 1u);
+    });
+    std::chrono::microseconds cpu{}, wall{};
+    s.spawn([&] {
+         auto c0 = process_cpu();
+         auto t0 = steady::now();
+         for (int i = 0; i < 20; ++i) EXPECT_TRUE(spindle::this_fiber::sleep_for(std::chrono::milliseconds(5)));
+         wall = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - t0);
+         cpu = process_cpu() - c0;
+     }).join();
+    ASSERT_EQ(::write(sv[1], "x", 1), 1);
+    reader.join();
+    ::close(sv[1]);
+    EXPECT_LT(cpu * 2, wall) << "the worker spun through its fiber's sleeps: " << cpu.count() << " us of CPU in "
+                             << wall.count() << " us";
+}
+
 TEST(IoEngine, AStopEndsAReadWhileTheWorkerWatches) {
     // A ten-second watch and a read nobody answers: the stop request from
     // another thread must end the read at once (the watch sees the engine's
-    // wake-up and submits the cancel), not when the watch gives up.
+    // wake-up and submits the cancel), not when the watch gives up. Round
+    // 0's read, a sleep of milliseconds, opens the window; the later
+    // rounds read while the worker watches.
     spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(10)});
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     io::stream a(sv[0]);
-    for (int round = 0; round < 2; ++round) {
+    for (int round = 0; round < 3; ++round) {
         std::stop_source stop;
         std::atomic<bool> reading{false};
         auto rx = s.spawn([&] {
             char c = 0;
-            EXPECT_FALSE(a.write_all("x", 1));  // a short wait first: opens the window
+            EXPECT_FALSE(a.write_all("x", 1));
             reading = true;
             auto n = a.read_some(&c, 1, {.stop = stop.get_token()});
             ASSERT_FALSE(n);

@@ -49,8 +49,11 @@ public:
         // a request that arrives while the worker watches is served at
         // once. Adaptive: a worker stops watching while its idle gaps turn
         // out longer than this, and watches again once they are short.
-        // Zero: sleep at once. The epoll backend always sleeps at once
-        // (it cannot watch without a system call).
+        // Zero: sleep at once; at most one minute. A worker with a
+        // sleeping fiber due within io_spin does not watch (the sleeper's
+        // wake-up would end the watch anyway). The epoll
+        // backend always sleeps at once (it cannot watch without a system
+        // call).
         std::chrono::microseconds io_spin{100};
     };
 

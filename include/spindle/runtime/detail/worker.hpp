@@ -73,7 +73,8 @@ struct scheduler_state;
 // A worker's I/O engine (src/io: an io_uring ring or an epoll set), created
 // by the worker's own thread the first time a fiber on it does I/O. The
 // runtime sees only these calls:
-//   wake     any thread: end the owner's block() (claim_and_wake, shutdown)
+//   wake     any thread: end the owner's block() (claim_and_wake, shutdown),
+//            and show in poll_wanted() while the owner watches
 //   block    owner, idle: submit what is queued and sleep until a
 //            completion, an event or a wake()
 //   poll     owner: make ready the fibers whose operations completed;
@@ -86,14 +87,19 @@ struct scheduler_state;
 //            timers (this_fiber::sleep_until); false if stopped first.
 //            Null where the engine has none (epoll: the timer thread)
 //   flush    owner, idle: submit what is queued without waiting, before
-//            the worker watches the engine (scheduler::options::io_spin);
-//            false, submitting nothing, when no operation is in flight
-//            (only sleepers, whose deadlines block() sleeps until)
-//   completions_pending
-//            owner: whether a poll would find completions, read from
-//            memory the kernel shares, with no system call.
-//            flush and completions_pending are null where the engine
-//            cannot be watched that way (epoll)
+//            the worker watches the engine (scheduler::options::io_spin).
+//            False when a watch would be wasted: no operation in flight
+//            (only sleepers, whose deadlines block() sleeps until), or a
+//            sleeper due before `horizon` (its wake-up would end the
+//            watch, which would only burn the time until then)
+//   poll_wanted
+//            owner: whether a poll that may enter the kernel has work to
+//            do -- completions to reap, task work that makes them, or
+//            submissions queued since (the wake descriptor's read re-armed
+//            by a reap, a cancel) -- read from memory the kernel shares,
+//            with no system call
+//            flush and poll_wanted are both set or both null (null: the
+//            engine cannot be watched that way, as epoll)
 struct io_engine;
 struct io_engine_ops {
     void (*wake)(io_engine*) noexcept;
@@ -102,8 +108,8 @@ struct io_engine_ops {
     bool (*busy)(io_engine*) noexcept;
     void (*destroy)(io_engine*) noexcept;
     bool (*sleep)(io_engine*, std::chrono::steady_clock::time_point) noexcept;
-    bool (*flush)(io_engine*) noexcept;
-    bool (*completions_pending)(io_engine*) noexcept;
+    bool (*flush)(io_engine*, std::chrono::steady_clock::time_point horizon) noexcept;
+    bool (*poll_wanted)(io_engine*) noexcept;
 };
 struct io_engine {
     const io_engine_ops* ops;
@@ -115,7 +121,9 @@ struct io_engine {
 // any wake-up that found nothing. The worker first submits and looks once
 // (what completes as it is submitted, a send with room, ends the spell
 // there and says nothing about waits), then watches for `window` ns; a
-// spell the watch ends leaves the window as it is. A spell that ended in a
+// spell the watch ends leaves the window as it is. With a sleeping fiber
+// due within `max` no spell starts: the sleeper's wake-up would end it,
+// and a watch would only burn the time until then. A spell that ended in a
 // sleep is reported to slept(): while such spells are short on average, no
 // longer than `max`, a watch that long would have caught them, so the
 // window becomes `max`; while they are longer it halves, down to nothing
