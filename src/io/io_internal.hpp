@@ -91,7 +91,7 @@ public:
     own_stop& operator=(const own_stop&) = delete;
 
 private:
-    spindle::detail::stop_relay* relay_;
+    std::atomic<std::uintptr_t>* word_;  // the fiber's stop_word
 };
 
 // Has the running fiber's own stop been requested? (No token copied.)

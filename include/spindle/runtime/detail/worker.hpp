@@ -157,11 +157,29 @@ struct stop_relay {
 };
 
 // A fiber's control block. It lives at the top of the fiber's own stack, so a
-// spawn costs one pooled stack and no heap allocation.
-struct fiber_ctx {
+// spawn costs one pooled stack and no heap allocation. Aligned to a cache
+// line so that the fields a switch and a wait touch (the saved registers,
+// the ready ring's links, the relay word) share its first line.
+struct alignas(arch::cache_line) fiber_ctx {
     arch::context ctx;           // saved registers while suspended; first member
     fiber_ctx* next = nullptr;   // ready ring, owner worker only
     fiber_ctx* prev = nullptr;
+    // The stop relay's word (src/io/stop_relay.cpp draws it): the target of
+    // the cancellable wait in progress and two flags. Each wait of the
+    // fiber fetch_ors its target in and fetch_ands it out; the relay's one
+    // stop callback fetch_ors the flags in (acq_rel, all of them: each
+    // read-modify-write pairs with the others). Here, beside the fields
+    // every switch touches, rather than in the relay's own allocation: in
+    // a server with a thousand fibers that allocation is cold at every
+    // wait, a cache miss before the wait and another after it.
+    std::atomic<std::uintptr_t> stop_word{0};
+    // Carries stop requests on its own token (`stop`, below) to whatever the
+    // fiber waits for, through stop_word, with one std::stop_callback for the
+    // fiber's life instead of one per wait: the I/O layer makes it the first
+    // time the fiber waits cancellably (src/io/stop_relay.cpp); it is
+    // destroyed, through its own function, as the body returns. Touched only
+    // by the fiber itself.
+    struct stop_relay* relay = nullptr;
     fiber_ctx* inject_next = nullptr;  // link in a worker's inject list
     // The fiber an inline_resume handoff suspended to run this one: it runs
     // again when this one next suspends. Owner worker only.
@@ -177,13 +195,6 @@ struct fiber_ctx {
     // Its fiber_local values (runtime/fiber_local.hpp); created on first use,
     // destroyed as the body returns. Touched only by the fiber itself.
     struct local_table* locals = nullptr;
-    // Carries stop requests on its own token (`stop`, below) to whatever the
-    // fiber waits for, with one std::stop_callback for the fiber's life
-    // instead of one per wait: the I/O layer makes it the first time the
-    // fiber waits cancellably (src/io/stop_relay.cpp); it is destroyed,
-    // through its own function, as the body returns. Touched only by the
-    // fiber itself.
-    struct stop_relay* relay = nullptr;
     // The waiter it is parked on while inside park(); null otherwise.
     // Written by the fiber itself, read only by a debugger with the process
     // stopped (debug_layout.hpp), so a plain field.
@@ -207,6 +218,9 @@ struct fiber_ctx {
     stack_region stack;
 };
 static_assert(offsetof(fiber_ctx, ctx) == 0, "entry code casts the context to its fiber");
+#if !SPINDLE_ASAN && !SPINDLE_TSAN
+static_assert(offsetof(fiber_ctx, stop_word) < arch::cache_line, "the relay word shares the first line");
+#endif
 
 struct alignas(arch::cache_line) worker {
     // --- owner-thread state, read on every yield -------------------------
