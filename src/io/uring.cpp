@@ -32,6 +32,7 @@
 #include <vector>
 
 #include <spindle/arch/fatal.hpp>
+#include <spindle/runtime/detail/timer.hpp>
 #include <spindle/runtime/fiber.hpp>
 
 #include "io_internal.hpp"
@@ -302,6 +303,8 @@ bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
     uring_engine* e = as_uring(base);
     if (e->in_flight == 0) return false;
     if (!e->timers.empty() && e->timers.front()->t < horizon) return false;
+    // A timed wait on a primitive sleeps on the timer service instead.
+    if (spindle::detail::timer_earliest() < horizon) return false;
     process_cancels(e);
     if (!e->wake_armed) arm_wake(e);
     if (io_uring_sq_ready(&e->ring) != 0) io_uring_submit(&e->ring);

@@ -30,13 +30,17 @@ public:
         e->seq = ++seq_;
         e->state = 1;
         auto it = q_.insert(key(e)).first;
-        if (it == q_.begin()) cv_.notify_one();  // a new earliest deadline
+        if (it == q_.begin()) {
+            publish_earliest();
+            cv_.notify_one();  // a new earliest deadline
+        }
     }
 
     void cancel(timer_entry* e) noexcept {
         std::unique_lock lk(m_);
         if (e->state == 1) {
             q_.erase(key(e));
+            publish_earliest();
             e->state = 0;
             return;
         }
@@ -50,7 +54,18 @@ public:
         return *s;
     }
 
+    std::chrono::steady_clock::time_point earliest() const noexcept {
+        return std::chrono::steady_clock::time_point(
+            std::chrono::steady_clock::duration(earliest_.load(std::memory_order_relaxed)));
+    }
+
 private:
+    // Under m_: the first deadline into earliest_.
+    void publish_earliest() noexcept {
+        auto t = q_.empty() ? std::chrono::steady_clock::time_point::max() : std::get<0>(*q_.begin());
+        earliest_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
+    }
+
     using key_t = std::tuple<std::chrono::steady_clock::time_point, std::uint64_t, timer_entry*>;
     static key_t key(timer_entry* e) noexcept { return {e->deadline, e->seq, e}; }
 
@@ -69,6 +84,7 @@ private:
             }
             timer_entry* e = std::get<2>(*q_.begin());
             q_.erase(q_.begin());
+            publish_earliest();
             e->state = 2;
             lk.unlock();
             e->fn(e->arg);  // outside the mutex: it may take a primitive's lock
@@ -84,12 +100,18 @@ private:
     std::set<key_t> q_;
     std::uint64_t seq_ = 0;
     bool started_ = false;
+    // q_'s first deadline (steady_clock ticks), stored under m_ and read
+    // without it (timer_earliest): relaxed, a hint that orders nothing; a
+    // stale value costs a watch that was not needed or one that was
+    // skipped, never a lost wake-up.
+    std::atomic<std::chrono::steady_clock::rep> earliest_{std::chrono::steady_clock::time_point::max().time_since_epoch().count()};
 };
 
 }  // namespace
 
 void timer_add(timer_entry* e) { timer_service::instance().add(e); }
 void timer_cancel(timer_entry* e) noexcept { timer_service::instance().cancel(e); }
+std::chrono::steady_clock::time_point timer_earliest() noexcept { return timer_service::instance().earliest(); }
 
 }  // namespace spindle::detail
 

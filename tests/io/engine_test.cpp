@@ -15,6 +15,7 @@
 
 #include <spindle/io.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/event.hpp>
 
 namespace {
 
@@ -212,6 +213,34 @@ TEST(IoEngine, SleepersBesideAPendingReadAreNotWatched) {
     });
     std::chrono::microseconds cpu{}, wall{};
     s.spawn([&] { sleep_20_times_5ms(cpu, wall); }).join();
+    ASSERT_EQ(::write(sv[1], "x", 1), 1);
+    reader.join();
+    ::close(sv[1]);
+    expect_not_spun(cpu, wall);
+}
+
+TEST(IoEngine, TimedWaitsBesideAPendingReadAreNotWatched) {
+    // The same with a primitive's timed wait, which no engine keeps: its
+    // deadline is the timer service's, and it too must keep the watch off.
+    spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(1)});
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    io::stream a(sv[0]);
+    auto reader = s.spawn([&] {
+        char c = 0;
+        auto n = a.read_some(&c, 1);
+        ASSERT_TRUE(n);
+        EXPECT_EQ(*n, 1u);
+    });
+    std::chrono::microseconds cpu{}, wall{};
+    s.spawn([&] {
+        spindle::event never(spindle::event_reset::manual);
+        auto c0 = process_cpu();
+        auto t0 = steady::now();
+        for (int i = 0; i < 20; ++i) EXPECT_FALSE(never.wait_for(std::chrono::milliseconds(5)));
+        wall = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - t0);
+        cpu = process_cpu() - c0;
+    }).join();
     ASSERT_EQ(::write(sv[1], "x", 1), 1);
     reader.join();
     ::close(sv[1]);

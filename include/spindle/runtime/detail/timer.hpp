@@ -30,5 +30,10 @@ struct timer_entry {
 
 void timer_add(timer_entry* e);             // arm; fires once at e->deadline
 void timer_cancel(timer_entry* e) noexcept;  // disarm, or wait for a firing action
+// The earliest armed deadline (time_point::max() with none), without the
+// service's mutex: a hint, possibly a moment stale, for a worker deciding
+// whether to watch its I/O engine before it sleeps (a fiber due to wake
+// within the watch would only make the watch burn the time until then).
+std::chrono::steady_clock::time_point timer_earliest() noexcept;
 
 }  // namespace spindle::detail
