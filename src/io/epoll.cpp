@@ -181,7 +181,23 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
     delete e;
 }
 
-const spindle::detail::io_engine_ops epoll_ops = {&op_wake, &op_block, &op_poll, &op_busy, &op_destroy, nullptr, nullptr, nullptr};
+// The watch before a sleep (worker_loop.cpp, options::io_spin): only
+// while fibers wait on descriptors here, and not while a timer is due
+// within the watch (fibers sleep on the timer service on this backend; its
+// wake-up would end the watch, which would only have burnt the time until
+// then). There is nothing queued to submit.
+bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
+    return as_epoll(base)->waiting.load(std::memory_order_relaxed) != 0 && spindle::detail::timer_earliest() >= horizon;
+}
+
+// epoll has no memory to read that says an event came: every look during
+// the watch is an epoll_wait with no timeout, still far cheaper than a
+// sleep and a wake-up; and the window closes by itself on a worker whose
+// spells end in sleeps anyway (io_watch).
+bool op_poll_wanted(spindle::detail::io_engine*) noexcept { return true; }
+
+const spindle::detail::io_engine_ops epoll_ops = {&op_wake,    &op_block, &op_poll,  &op_busy,
+                                                  &op_destroy, nullptr,   &op_flush, &op_poll_wanted};
 
 epoll_engine* engine_of(worker* w) noexcept {
     auto* cur = w->io.load(std::memory_order_relaxed);  // relaxed: only the owner stores it

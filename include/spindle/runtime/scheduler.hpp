@@ -43,17 +43,17 @@ public:
         // from the environment, or 128 KiB. At least 16 KiB.
         std::size_t stack_size = 0;
         // How long a worker whose fibers all wait for I/O keeps watching
-        // its io_uring ring for completions before it sleeps in the
+        // its I/O engine for completions before it sleeps in the
         // kernel. A sleep and wake-up costs a context switch and, on a
         // virtual machine, often tens of microseconds of wake-up latency;
         // a request that arrives while the worker watches is served at
         // once. Adaptive: a worker stops watching while its idle gaps turn
         // out longer than this, and watches again once they are short.
         // Zero: sleep at once; at most one minute. A worker with a
-        // sleeping fiber due within io_spin does not watch (the sleeper's
-        // wake-up would end the watch anyway). The epoll
-        // backend always sleeps at once (it cannot watch without a system
-        // call).
+        // sleeping fiber or a timed wait due within io_spin does not watch
+        // (that wake-up would end the watch anyway). On io_uring a look
+        // reads the ring's memory; on epoll it is an epoll_wait with no
+        // timeout, a system call, still cheaper than a sleep and wake-up.
         std::chrono::microseconds io_spin{100};
     };
 
