@@ -223,6 +223,22 @@ channel_status channel_core::send_slow(void* elem, std::chrono::steady_clock::ti
         return channel_status::closed;
     }
     if (size_ < capacity_) {  // room appeared meanwhile
+        // Our timer or stop callback is armed and may fire until the guard
+        // goes. Once our element is published a receiver may take it and
+        // destroy the channel, so no canceller may reach lock_ after that:
+        // close our claim first (acq_rel pairs with cancel_send's CAS, as in
+        // finish_sender). Lost: a canceller holds the claim and is on its
+        // way to lock_; then the send ends as cancelled, its element never
+        // published, once the canceller is done with the channel (acquire
+        // pairs with its release store of cancel_done).
+        std::uint32_t c = channel_claim::waiting;
+        if (!s.claim.compare_exchange_strong(c, channel_claim::done, std::memory_order_acq_rel,
+                                             std::memory_order_acquire)) {
+            lock_.unlock();
+            unsigned spins = 0;
+            while (s.claim.load(std::memory_order_acquire) != channel_claim::cancel_done) backoff(spins);
+            return on_cancel;
+        }
         push_locked(elem);
         const std::int64_t w = publish_locked();
         lock_.unlock();
