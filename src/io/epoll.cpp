@@ -122,6 +122,16 @@ void edge(std::atomic<std::uintptr_t>& a) noexcept {
     }
 }
 
+// One descriptor's event: its edges. Any thread (the set's owner, or a
+// worker helping it): every edge is a CAS on the descriptor's words.
+void deliver_one(const epoll_event& ev) noexcept {
+    auto* d = static_cast<poll_desc*>(ev.data.ptr);
+    if ((ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0 && !d->rd_closed.load(std::memory_order_relaxed))
+        d->rd_closed.store(true, std::memory_order_relaxed);
+    if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) edge(d->rd);
+    if (ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) edge(d->wr);
+}
+
 // Last event first: the worker's deque runs newest first, so the woken
 // fibers then run in the order the kernel reported their descriptors (see
 // unpark_reaped in uring.cpp for what the other order does to the tail).
@@ -129,11 +139,7 @@ void deliver(epoll_engine* e) noexcept {
     while (e->next < e->n) {
         epoll_event& ev = e->events[--e->n];
         if (ev.data.ptr == nullptr) continue;  // the wake eventfd
-        auto* d = static_cast<poll_desc*>(ev.data.ptr);
-        if ((ev.events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0 && !d->rd_closed.load(std::memory_order_relaxed))
-            d->rd_closed.store(true, std::memory_order_relaxed);
-        if (ev.events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) edge(d->rd);
-        if (ev.events & (EPOLLOUT | EPOLLHUP | EPOLLERR)) edge(d->wr);
+        deliver_one(ev);
     }
 }
 
@@ -196,8 +202,33 @@ bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
 // spells end in sleeps anyway (io_watch).
 bool op_poll_wanted(spindle::detail::io_engine*) noexcept { return true; }
 
+// A watching worker looks into a peer's set (io_engine::help): an epoll
+// set may be waited on by any thread, and each edge goes to one of them.
+// The fibers it wakes become ready on the helper (unpark from a worker
+// pushes to that worker). The peer's wake descriptor is the one thing not
+// ours to take: its edge is passed on with a new write, so the peer still
+// sees every wake-up meant for it.
+bool op_help(spindle::detail::io_engine* peer) noexcept {
+    epoll_engine* p = as_epoll(peer);
+    if (p->waiting.load(std::memory_order_relaxed) == 0) return false;  // relaxed: a hint
+    epoll_event evs[64];
+    int r = ::epoll_wait(p->epfd, evs, 64, 0);
+    // The peer's wake-up first: a notifier that claimed it will not write
+    // again, so it must not wait behind our deliveries.
+    for (int i = 0; i < r; ++i)
+        if (evs[i].data.ptr == nullptr) op_wake(p);
+    bool woke = false;
+    for (int i = r; i-- > 0;) {  // last first, as deliver()
+        if (evs[i].data.ptr == nullptr) continue;
+        deliver_one(evs[i]);
+        woke = true;
+    }
+    return woke;
+}
+
 const spindle::detail::io_engine_ops epoll_ops = {&op_wake,    &op_block, &op_poll,  &op_busy,
-                                                  &op_destroy, nullptr,   &op_flush, &op_poll_wanted};
+                                                  &op_destroy, nullptr,   &op_flush, &op_poll_wanted,
+                                                  &op_help};
 
 epoll_engine* engine_of(worker* w) noexcept {
     auto* cur = w->io.load(std::memory_order_relaxed);  // relaxed: only the owner stores it

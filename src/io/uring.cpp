@@ -324,7 +324,8 @@ bool op_poll_wanted(spindle::detail::io_engine* base) noexcept {
 }
 
 const spindle::detail::io_engine_ops uring_ops = {&op_wake,    &op_block,   &op_poll,  &op_busy,
-                                                  &op_destroy, &op_sleep,   &op_flush, &op_poll_wanted};
+                                                  &op_destroy, &op_sleep,   &op_flush, &op_poll_wanted,
+                                                  nullptr};
 
 uring_engine* engine_of(worker* w) noexcept {
     // relaxed: only this thread (the owner) stores it.

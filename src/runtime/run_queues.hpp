@@ -49,6 +49,16 @@ void wake_all_workers(scheduler_state* s) noexcept;
 // runs out of fibers does it at once.
 inline constexpr std::uint32_t io_poll_interval = 64;
 
+// The owner's progress mark (worker::io_steps). relaxed load and store,
+// not a read-modify-write: only the owner writes it; peers read a hint.
+inline void note_io_step(worker* w) noexcept {
+    w->io_steps.store(w->io_steps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+}
+
+// At each poll that may enter the kernel: take the events of a peer whose
+// thread has stopped (worker_loop.cpp).
+void help_stalled_peer(worker* w, io_engine* e) noexcept;
+
 // Poll the engine (make the completed fibers ready; with may_enter, also
 // submit and collect what the kernel holds) and note how many fibers are
 // ready after it: the round the next periodic poll waits for. Only a poll
@@ -59,7 +69,11 @@ inline constexpr std::uint32_t io_poll_interval = 64;
 // for its next io_uring_enter (DEFER_TASKRUN).
 inline void poll_io(worker* w, io_engine* e, bool may_enter) noexcept {
     e->ops->poll(e, may_enter);
-    if (may_enter) w->io_ticks = 0;
+    note_io_step(w);
+    if (may_enter) {
+        w->io_ticks = 0;
+        if (e->ops->help != nullptr) help_stalled_peer(w, e);
+    }
     w->io_round = static_cast<std::uint32_t>(std::min<std::size_t>(w->deque.size_hint(), UINT32_MAX));
 }
 
@@ -72,6 +86,7 @@ inline void poll_io(worker* w, io_engine* e, bool may_enter) noexcept {
 // suspends about once) serves every connection once per round, as an event
 // loop that handles all its completions before it polls again does.
 inline bool poll_io_due(worker* w) noexcept {
+    note_io_step(w);
     return ++w->io_ticks >= std::max(io_poll_interval, w->io_round);
 }
 

@@ -247,6 +247,121 @@ TEST(IoEngine, TimedWaitsBesideAPendingReadAreNotWatched) {
     expect_not_spun(cpu, wall);
 }
 
+// A stalled worker: a fiber pinned to worker 0 that never suspends until
+// released (as a thread the OS preempted, or a long computation), while a
+// reader on worker 1 waits for a descriptor whose edges reach only worker
+// 0's epoll set (a descriptor stays with the set where it first waited).
+// Worker 1 must take the edge from that set itself.
+struct stalled_peer {
+    spindle::scheduler& s;
+    int sv[2]{-1, -1};
+    std::atomic<bool> got{false}, release{false}, hogging{false}, reading{false};
+    spindle::fiber hog;
+
+    explicit stalled_peer(spindle::scheduler& sched) : s(sched) {
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    }
+    void register_on_worker0(io::stream& a) {
+        s.spawn([&] {
+             char c = 0;
+             EXPECT_FALSE(a.read_some(&c, 1, io::timeout(1ms)));
+         }, {.worker = 0, .pinned = true}).join();
+    }
+    spindle::fiber spawn_reader(io::stream& a) {
+        return s.spawn([this, &a] {
+            char c = 0;
+            reading = true;
+            auto n = a.read_some(&c, 1);
+            ASSERT_TRUE(n);
+            EXPECT_EQ(*n, 1u);
+            got = true;
+        }, {.worker = 1, .pinned = true});
+    }
+    void stall_worker0_and_write() {
+        hog = s.spawn([this] {
+            hogging = true;
+            auto end = steady::now() + 10s;
+            while (!release && steady::now() < end) {
+            }
+        }, {.worker = 0, .pinned = true});
+        while (!hogging || !reading) std::this_thread::sleep_for(1ms);
+        // The reader waits by now. (If it does not, its read finds the byte
+        // at once and the test shows nothing, but does not fail.)
+        std::this_thread::sleep_for(20ms);
+        ASSERT_EQ(::write(sv[1], "x", 1), 1);
+    }
+    void expect_read_done() {
+        auto end = steady::now() + 5s;
+        while (!got && steady::now() < end) std::this_thread::sleep_for(1ms);
+        EXPECT_TRUE(got) << "the read waited for its stalled worker";
+        release = true;
+        hog.join();
+    }
+    ~stalled_peer() { ::close(sv[1]); }
+};
+
+TEST(IoEngine, ABusyWorkerTakesTheEventsOfAStalledPeer) {
+    if (io::current_backend() != io::backend::epoll) GTEST_SKIP() << "io_uring: only the submitting thread reaps";
+    // Worker 1 is busy (a fiber yields) with a read of its own in flight,
+    // so it polls its set now and then, and sees worker 0's progress stand
+    // still.
+    spindle::scheduler s({.workers = 2});
+    stalled_peer t(s);
+    io::stream a(t.sv[0]);
+    int own[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
+    io::stream b(own[0]);
+    t.register_on_worker0(a);
+    auto own_read = s.spawn([&] {
+        char c = 0;
+        EXPECT_TRUE(b.read_some(&c, 1));
+    }, {.worker = 1, .pinned = true});
+    auto reader = t.spawn_reader(a);
+    auto busy = s.spawn([&] {
+        auto end = steady::now() + 10s;
+        while (!t.got && steady::now() < end) spindle::this_fiber::yield();
+    }, {.worker = 1, .pinned = true});
+    t.stall_worker0_and_write();
+    t.expect_read_done();
+    reader.join();
+    busy.join();
+    ASSERT_EQ(::write(own[1], "y", 1), 1);
+    own_read.join();
+    ::close(own[1]);
+}
+
+TEST(IoEngine, AnIdleWorkerTakesTheEventsOfAStalledPeer) {
+    if (io::current_backend() != io::backend::epoll) GTEST_SKIP() << "io_uring: only the submitting thread reaps";
+    // Worker 1 has nothing to run but a read of its own in flight: it
+    // watches its set (a long io_spin; its first read, answered after a few
+    // milliseconds, opens the window), and each look also sees worker 0's
+    // progress stand still.
+    spindle::scheduler s({.workers = 2, .io_spin = std::chrono::seconds(10)});
+    stalled_peer t(s);
+    io::stream a(t.sv[0]);
+    int own[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
+    io::stream b(own[0]);
+    t.register_on_worker0(a);
+    std::atomic<bool> first{false};
+    auto own_read = s.spawn([&] {
+        char c = 0;
+        EXPECT_TRUE(b.read_some(&c, 1));
+        first = true;
+        EXPECT_TRUE(b.read_some(&c, 1));
+    }, {.worker = 1, .pinned = true});
+    std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(::write(own[1], "y", 1), 1);
+    while (!first) std::this_thread::sleep_for(1ms);
+    auto reader = t.spawn_reader(a);
+    t.stall_worker0_and_write();
+    t.expect_read_done();
+    reader.join();
+    ASSERT_EQ(::write(own[1], "y", 1), 1);
+    own_read.join();
+    ::close(own[1]);
+}
+
 TEST(IoEngine, AStopEndsAReadWhileTheWorkerWatches) {
     // A ten-second watch and a read nobody answers: the stop request from
     // another thread must end the read at once (the watch sees the engine's

@@ -99,7 +99,16 @@ struct scheduler_state;
 //            by a reap, a cancel) -- read from memory the kernel shares,
 //            with no system call
 //            flush and poll_wanted are both set or both null (null: the
-//            engine cannot be watched that way, as epoll)
+//            engine cannot be watched)
+//   help     another worker of the scheduler: deliver what waits in
+//            `peer`, a worker's engine of the same kind, making its fibers
+//            ready on the caller; true if any. Safe at the same time as the
+//            owner's own poll or block. While a worker thread is preempted
+//            (more threads than CPUs) or stuck in a long computation, the
+//            fibers whose events wait in its engine would otherwise wait
+//            for it (help_stalled_peer). Null where only the owner can
+//            reap (io_uring: a completion is the submitting thread's task
+//            work)
 struct io_engine;
 struct io_engine_ops {
     void (*wake)(io_engine*) noexcept;
@@ -110,6 +119,7 @@ struct io_engine_ops {
     bool (*sleep)(io_engine*, std::chrono::steady_clock::time_point) noexcept;
     bool (*flush)(io_engine*, std::chrono::steady_clock::time_point horizon) noexcept;
     bool (*poll_wanted)(io_engine*) noexcept;
+    bool (*help)(io_engine* peer) noexcept;
 };
 struct io_engine {
     const io_engine_ops* ops;
@@ -266,6 +276,16 @@ struct alignas(arch::cache_line) worker {
     std::uint32_t io_ticks = 0;  // owner: suspensions since the last poll
     std::uint32_t io_round = 0;  // owner: fibers ready after the last poll (poll_io)
     io_watch watch;  // owner
+    // Progress with its engine: bumped by the owner at each poll and at
+    // each suspension that checks whether a poll is due. A peer that sees
+    // it stand still for a while, with the owner awake, knows the owner's
+    // thread is preempted or stuck in a long computation
+    // (help_stalled_peer). relaxed both ways: a hint that orders nothing.
+    std::atomic<std::uint32_t> io_steps{0};
+    // Owner: the stall watch on one peer at a time (help_stalled_peer).
+    unsigned stall_peer = 0;
+    std::uint32_t stall_seen = 0;                         // that peer's io_steps when first seen
+    std::chrono::steady_clock::time_point stall_since{};  // when
 };
 
 // The worker whose thread this is; null on other threads. The variable
