@@ -197,11 +197,11 @@ TEST(IoEngine, SleepersAloneAreNotWatched) {
     expect_sleeps_not_watched(s);
 }
 
-TEST(IoEngine, SleepersBesideAPendingReadAreNotWatched) {
-    // The same, with a read in flight all along (a server's idle
-    // connection): the sleeper's deadline, not the read, ends each idle
-    // spell, so the worker must still sleep until it.
-    spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(1)});
+// Runs `waits` (which fills cpu and wall) in a fiber beside a read in
+// flight all along (a server's idle connection), then ends the read.
+template <class Waits>
+void beside_a_pending_read(spindle::scheduler& s, std::chrono::microseconds& cpu, std::chrono::microseconds& wall,
+                           Waits waits) {
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     io::stream a(sv[0]);
@@ -211,11 +211,18 @@ TEST(IoEngine, SleepersBesideAPendingReadAreNotWatched) {
         ASSERT_TRUE(n);
         EXPECT_EQ(*n, 1u);
     });
-    std::chrono::microseconds cpu{}, wall{};
-    s.spawn([&] { sleep_20_times_5ms(cpu, wall); }).join();
+    s.spawn([&] { waits(cpu, wall); }).join();
     ASSERT_EQ(::write(sv[1], "x", 1), 1);
     reader.join();
     ::close(sv[1]);
+}
+
+TEST(IoEngine, SleepersBesideAPendingReadAreNotWatched) {
+    // The same, with a read in flight: the sleeper's deadline, not the
+    // read, ends each idle spell, so the worker must still sleep until it.
+    spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(1)});
+    std::chrono::microseconds cpu{}, wall{};
+    beside_a_pending_read(s, cpu, wall, sleep_20_times_5ms);
     expect_not_spun(cpu, wall);
 }
 
@@ -223,27 +230,15 @@ TEST(IoEngine, TimedWaitsBesideAPendingReadAreNotWatched) {
     // The same with a primitive's timed wait, which no engine keeps: its
     // deadline is the timer service's, and it too must keep the watch off.
     spindle::scheduler s({.workers = 1, .io_spin = std::chrono::seconds(1)});
-    int sv[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
-    io::stream a(sv[0]);
-    auto reader = s.spawn([&] {
-        char c = 0;
-        auto n = a.read_some(&c, 1);
-        ASSERT_TRUE(n);
-        EXPECT_EQ(*n, 1u);
-    });
     std::chrono::microseconds cpu{}, wall{};
-    s.spawn([&] {
+    beside_a_pending_read(s, cpu, wall, [](std::chrono::microseconds& c, std::chrono::microseconds& w) {
         spindle::event never(spindle::event_reset::manual);
         auto c0 = process_cpu();
         auto t0 = steady::now();
         for (int i = 0; i < 20; ++i) EXPECT_FALSE(never.wait_for(std::chrono::milliseconds(5)));
-        wall = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - t0);
-        cpu = process_cpu() - c0;
-    }).join();
-    ASSERT_EQ(::write(sv[1], "x", 1), 1);
-    reader.join();
-    ::close(sv[1]);
+        w = std::chrono::duration_cast<std::chrono::microseconds>(steady::now() - t0);
+        c = process_cpu() - c0;
+    });
     expect_not_spun(cpu, wall);
 }
 
@@ -258,8 +253,33 @@ struct stalled_peer {
     std::atomic<bool> got{false}, release{false}, hogging{false}, reading{false};
     spindle::fiber hog;
 
+    // Worker 1's own connection: `reads` reads of a byte each, in a fiber
+    // pinned there, the first of them answered after 5 ms (which opens
+    // worker 1's watch window) when `reads` is 2.
+    int own[2]{-1, -1};
+    spindle::fiber own_reader;
+
     explicit stalled_peer(spindle::scheduler& sched) : s(sched) {
         EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
+    }
+    std::atomic<bool> first_own{false};
+    void start_own_reads(io::stream& b, int reads) {
+        own_reader = s.spawn([this, &b, reads] {
+            for (int i = 0; i < reads; ++i) {
+                char c = 0;
+                EXPECT_TRUE(b.read_some(&c, 1));
+                if (i == 0) first_own = true;
+            }
+        }, {.worker = 1, .pinned = true});
+        if (reads < 2) return;
+        std::this_thread::sleep_for(5ms);
+        ASSERT_EQ(::write(own[1], "y", 1), 1);
+        while (!first_own) std::this_thread::sleep_for(1ms);
+    }
+    void end_own_reads() {
+        ASSERT_EQ(::write(own[1], "y", 1), 1);
+        own_reader.join();
     }
     void register_on_worker0(io::stream& a) {
         s.spawn([&] {
@@ -297,7 +317,10 @@ struct stalled_peer {
         release = true;
         hog.join();
     }
-    ~stalled_peer() { ::close(sv[1]); }
+    ~stalled_peer() {
+        ::close(sv[1]);
+        ::close(own[1]);
+    }
 };
 
 TEST(IoEngine, ABusyWorkerTakesTheEventsOfAStalledPeer) {
@@ -307,15 +330,9 @@ TEST(IoEngine, ABusyWorkerTakesTheEventsOfAStalledPeer) {
     // still.
     spindle::scheduler s({.workers = 2});
     stalled_peer t(s);
-    io::stream a(t.sv[0]);
-    int own[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
-    io::stream b(own[0]);
+    io::stream a(t.sv[0]), b(t.own[0]);
     t.register_on_worker0(a);
-    auto own_read = s.spawn([&] {
-        char c = 0;
-        EXPECT_TRUE(b.read_some(&c, 1));
-    }, {.worker = 1, .pinned = true});
+    t.start_own_reads(b, 1);
     auto reader = t.spawn_reader(a);
     auto busy = s.spawn([&] {
         auto end = steady::now() + 10s;
@@ -325,9 +342,7 @@ TEST(IoEngine, ABusyWorkerTakesTheEventsOfAStalledPeer) {
     t.expect_read_done();
     reader.join();
     busy.join();
-    ASSERT_EQ(::write(own[1], "y", 1), 1);
-    own_read.join();
-    ::close(own[1]);
+    t.end_own_reads();
 }
 
 TEST(IoEngine, AnIdleWorkerTakesTheEventsOfAStalledPeer) {
@@ -338,28 +353,14 @@ TEST(IoEngine, AnIdleWorkerTakesTheEventsOfAStalledPeer) {
     // progress stand still.
     spindle::scheduler s({.workers = 2, .io_spin = std::chrono::seconds(10)});
     stalled_peer t(s);
-    io::stream a(t.sv[0]);
-    int own[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
-    io::stream b(own[0]);
+    io::stream a(t.sv[0]), b(t.own[0]);
     t.register_on_worker0(a);
-    std::atomic<bool> first{false};
-    auto own_read = s.spawn([&] {
-        char c = 0;
-        EXPECT_TRUE(b.read_some(&c, 1));
-        first = true;
-        EXPECT_TRUE(b.read_some(&c, 1));
-    }, {.worker = 1, .pinned = true});
-    std::this_thread::sleep_for(5ms);
-    ASSERT_EQ(::write(own[1], "y", 1), 1);
-    while (!first) std::this_thread::sleep_for(1ms);
+    t.start_own_reads(b, 2);
     auto reader = t.spawn_reader(a);
     t.stall_worker0_and_write();
     t.expect_read_done();
     reader.join();
-    ASSERT_EQ(::write(own[1], "y", 1), 1);
-    own_read.join();
-    ::close(own[1]);
+    t.end_own_reads();
 }
 
 TEST(IoEngine, AStopEndsAReadWhileTheWorkerWatches) {
