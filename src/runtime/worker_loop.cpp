@@ -96,7 +96,9 @@ void park_worker(worker* w) noexcept {
         else futex_wait(&w->epoch, key);
     }
     // Claimed by a notifier (parked already false) or not: either way we
-    // are awake and will look for work.
+    // are awake and will look for work. Our mark moves first: a peer that
+    // took it while we slept would otherwise judge us stalled at once.
+    note_io_step(w);
     // relaxed: only we and claimers write it, and a stale true costs a
     // claimer one futex_wake on an awake worker.
     w->parked.store(false, std::memory_order_relaxed);
@@ -122,18 +124,21 @@ void help_stalled_peer(worker* w, io_engine* e) noexcept {
     auto& peers = w->sched->workers;
     const auto n = static_cast<unsigned>(peers.size());
     if (n < 2) return;
+    // The clock first: the peer's mark is read once per look (every
+    // `stall`), not at every poll of a watch, which would pull its line
+    // from the owner's cache about once a microsecond.
     const auto now = std::chrono::steady_clock::now();
+    const bool first = w->stall_since == std::chrono::steady_clock::time_point{};
+    if (!first && now - w->stall_since < stall) return;  // still watching it
     worker* v = peers[w->stall_peer].get();
-    const std::uint32_t theirs = v->io_steps.load(std::memory_order_relaxed);  // relaxed: a hint
-    if (v != w && theirs == w->stall_seen) {
-        if (now - w->stall_since < stall) return;  // still watching it
-        if (!v->parked.load(std::memory_order_relaxed)) {  // relaxed: a hint
-            // acquire pairs with the owner's release store of its engine.
-            io_engine* pe = v->io.load(std::memory_order_acquire);
-            if (pe != nullptr && pe->ops == e->ops) e->ops->help(pe);
-        }
+    // relaxed: hints (see io_steps).
+    if (!first && v != w && v->io_steps.load(std::memory_order_relaxed) == w->stall_seen &&
+        !v->parked.load(std::memory_order_relaxed)) {
+        // acquire pairs with the owner's release store of its engine.
+        io_engine* pe = v->io.load(std::memory_order_acquire);
+        if (pe != nullptr && pe->ops == e->ops) e->ops->help(pe);
     }
-    // On to the next peer.
+    // On to the next peer, whose mark the next look compares.
     if (++w->stall_peer >= n) w->stall_peer = 0;
     if (w->stall_peer == w->index && ++w->stall_peer >= n) w->stall_peer = 0;
     w->stall_seen = peers[w->stall_peer]->io_steps.load(std::memory_order_relaxed);  // relaxed: a hint

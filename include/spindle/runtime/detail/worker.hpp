@@ -281,7 +281,9 @@ struct alignas(arch::cache_line) worker {
     // it stand still for a while, with the owner awake, knows the owner's
     // thread is preempted or stuck in a long computation
     // (help_stalled_peer). relaxed both ways: a hint that orders nothing.
-    std::atomic<std::uint32_t> io_steps{0};
+    // Its own line: the owner stores it at every suspension, and the
+    // claimers' CAS of `parked` above should not pay for that.
+    alignas(arch::cache_line) std::atomic<std::uint32_t> io_steps{0};
     // Owner: the stall watch on one peer at a time (help_stalled_peer).
     unsigned stall_peer = 0;
     std::uint32_t stall_seen = 0;                         // that peer's io_steps when first seen
