@@ -226,17 +226,13 @@ channel_status channel_core::send_slow(void* elem, std::chrono::steady_clock::ti
         // Our timer or stop callback is armed and may fire until the guard
         // goes. Once our element is published a receiver may take it and
         // destroy the channel, so no canceller may reach lock_ after that:
-        // close our claim first (acq_rel pairs with cancel_send's CAS, as in
-        // finish_sender). Lost: a canceller holds the claim and is on its
-        // way to lock_; then the send ends as cancelled, its element never
-        // published, once the canceller is done with the channel (acquire
-        // pairs with its release store of cancel_done).
-        std::uint32_t c = channel_claim::waiting;
-        if (!s.claim.compare_exchange_strong(c, channel_claim::done, std::memory_order_acq_rel,
-                                             std::memory_order_acquire)) {
+        // close our claim first, as finish_sender does. Lost: a canceller
+        // holds the claim and is on its way to lock_; then the send ends as
+        // cancelled, its element never published, once the canceller is
+        // done with the channel.
+        if (!close_claim(&s)) {
             lock_.unlock();
-            unsigned spins = 0;
-            while (s.claim.load(std::memory_order_acquire) != channel_claim::cancel_done) backoff(spins);
+            await_canceller(&s);
             return on_cancel;
         }
         push_locked(elem);
@@ -313,17 +309,24 @@ channel_status channel_core::wait_as_sender(channel_sender& s, wait_guard* guard
 // to finish with the channel, then wake it. After this the sender may
 // return -- and its caller, or ours, destroy the channel.
 void channel_core::finish_sender(channel_sender* s, handoff policy) noexcept {
-    std::uint32_t c = channel_claim::waiting;
-    // claim: waiting -> done. acq_rel pairs with the canceller's CAS:
-    // exactly one wins.
-    if (!s->claim.compare_exchange_strong(c, channel_claim::done, std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {
-        unsigned spins = 0;
-        // acquire pairs with the canceller's release store of cancel_done:
-        // its last touch of the channel happens before our unpark.
-        while (s->claim.load(std::memory_order_acquire) != channel_claim::cancel_done) backoff(spins);
-    }
+    if (!close_claim(s)) await_canceller(s);
     unpark_with(&s->node.w, policy);
+}
+
+// claim: waiting -> done. acq_rel pairs with the canceller's CAS
+// (cancel_send): exactly one wins. True if we did.
+bool channel_core::close_claim(channel_sender* s) noexcept {
+    std::uint32_t c = channel_claim::waiting;
+    return s->claim.compare_exchange_strong(c, channel_claim::done, std::memory_order_acq_rel,
+                                            std::memory_order_acquire);
+}
+
+// The canceller won the claim: wait until it is done with the channel.
+// acquire pairs with its release store of cancel_done, after its last
+// touch of the channel.
+void channel_core::await_canceller(channel_sender* s) noexcept {
+    unsigned spins = 0;
+    while (s->claim.load(std::memory_order_acquire) != channel_claim::cancel_done) backoff(spins);
 }
 
 void channel_core::pend_link_locked(channel_sender* s) noexcept {

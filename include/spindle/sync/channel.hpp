@@ -506,6 +506,8 @@ private:
     SPINDLE_NOINLINE void settle() noexcept;
     static channel_status wait_as_sender(channel_sender& s, wait_guard* guard) noexcept;
     static void finish_sender(channel_sender* s, handoff policy) noexcept;
+    static bool close_claim(channel_sender* s) noexcept;
+    static void await_canceller(channel_sender* s) noexcept;
     bool try_take_permit_locked() noexcept SPINDLE_REQUIRES(lock_);
     bool take_permit_or_flag_locked() noexcept SPINDLE_REQUIRES(lock_);
     void withdraw_locked(channel_sender* s, channel_status outcome) noexcept SPINDLE_REQUIRES(lock_);
