@@ -318,6 +318,8 @@ struct stalled_peer {
         hog.join();
     }
     ~stalled_peer() {
+        release = true;  // a fatal failure may have ended the test early
+        if (hog.joinable()) hog.join();
         ::close(sv[1]);
         ::close(own[1]);
     }
@@ -331,14 +333,14 @@ TEST(IoEngine, ABusyWorkerTakesTheEventsOfAStalledPeer) {
     spindle::scheduler s({.workers = 2});
     stalled_peer t(s);
     io::stream a(t.sv[0]), b(t.own[0]);
-    t.register_on_worker0(a);
-    t.start_own_reads(b, 1);
+    ASSERT_NO_FATAL_FAILURE(t.register_on_worker0(a));
+    ASSERT_NO_FATAL_FAILURE(t.start_own_reads(b, 1));
     auto reader = t.spawn_reader(a);
     auto busy = s.spawn([&] {
         auto end = steady::now() + 10s;
         while (!t.got && steady::now() < end) spindle::this_fiber::yield();
     }, {.worker = 1, .pinned = true});
-    t.stall_worker0_and_write();
+    ASSERT_NO_FATAL_FAILURE(t.stall_worker0_and_write());
     t.expect_read_done();
     reader.join();
     busy.join();
@@ -354,10 +356,10 @@ TEST(IoEngine, AnIdleWorkerTakesTheEventsOfAStalledPeer) {
     spindle::scheduler s({.workers = 2, .io_spin = std::chrono::seconds(10)});
     stalled_peer t(s);
     io::stream a(t.sv[0]), b(t.own[0]);
-    t.register_on_worker0(a);
-    t.start_own_reads(b, 2);
+    ASSERT_NO_FATAL_FAILURE(t.register_on_worker0(a));
+    ASSERT_NO_FATAL_FAILURE(t.start_own_reads(b, 2));
     auto reader = t.spawn_reader(a);
-    t.stall_worker0_and_write();
+    ASSERT_NO_FATAL_FAILURE(t.stall_worker0_and_write());
     t.expect_read_done();
     reader.join();
     t.end_own_reads();
