@@ -256,6 +256,7 @@ struct server_kind {
     std::string name;
     std::string program;  // a path
     std::string lock;     // SPINDLE_LOCK under the preload library; empty: none
+    std::string io;       // SPINDLE_IO for spindle-kv; empty: its default
     std::string note;
     std::string missing;  // why it cannot run (empty: it can)
 };
@@ -274,9 +275,10 @@ server start_server(const run_options& o, const server_kind& k, unsigned workers
                                   std::to_string(workers), "-m", "1024", "-c", "4096", "-U", "0"};
     // memcached will not run as root without naming a user; spindle-kv
     // takes only the flags above.
-    if (k.name != "spindle_kv" && geteuid() == 0) argv.insert(argv.end(), {"-u", "root"});
+    if (k.program != o.spindle_kv && geteuid() == 0) argv.insert(argv.end(), {"-u", "root"});
     std::vector<std::string> env;
     if (!k.lock.empty()) env = {"LD_PRELOAD=" + o.preload, "SPINDLE_LOCK=" + k.lock};
+    if (!k.io.empty()) env = {"SPINDLE_IO=" + k.io};
     s.proc = spawn(argv, env, pinned ? server_cpu : -1, false, not_inherited);
     why = await_accepting(s.proc, s.port, k.name, start_limit_s);
     return s;
@@ -413,6 +415,7 @@ void bench_mix(harness& h, const run_options& o, const std::vector<server_kind>&
     std::vector<const server_kind*> measured;
     for (const server_kind& k : kinds) {
         if (!k.lock.empty() && pt.conns != 64) continue;  // the locks: at the 64-connection points
+        if (!k.io.empty() && pt.pinned()) continue;        // the backends: at the 2-worker points
         if (!k.missing.empty()) {
             skipped_everywhere(h, pt, ps, k, k.missing);
             continue;
@@ -678,8 +681,13 @@ int main(int argc, char** argv) {
     // starts (once; one that then fails in a measurement is recorded as
     // hung by it).
     std::vector<server_kind> kinds;
-    kinds.push_back({"memcached", o.memcached, "", "memcached (" + o.memcached + "); the reference", ""});
-    kinds.push_back({"spindle_kv", o.spindle_kv, "", "spindle-kv (" + o.spindle_kv + "): a fiber per connection", ""});
+    kinds.push_back({"memcached", o.memcached, "", "", "memcached (" + o.memcached + "); the reference", ""});
+    kinds.push_back({"spindle_kv", o.spindle_kv, "", "", "spindle-kv (" + o.spindle_kv + "): a fiber per connection", ""});
+    // The epoll backend where workers share CPUs with the client: there a
+    // worker can take the events of a preempted peer, which io_uring's
+    // per-thread rings cannot.
+    kinds.push_back({"spindle_kv_epoll", o.spindle_kv, "", "epoll",
+                     "spindle-kv under SPINDLE_IO=epoll (at the 2-worker points)", ""});
     const bool have_memcached = access(o.memcached.c_str(), X_OK) == 0;
     const bool have_preload = access(o.preload.c_str(), R_OK) == 0;
     std::vector<std::string> locks = o.preload_locks;
@@ -690,14 +698,14 @@ int main(int argc, char** argv) {
         locks = {default_lock};
     }
     for (const std::string& l : locks)
-        kinds.push_back({"memcached_preload_" + l, o.memcached, l,
+        kinds.push_back({"memcached_preload_" + l, o.memcached, l, "",
                          "memcached under LD_PRELOAD=libspindle_preload.so, SPINDLE_LOCK=" + l, ""});
     std::vector<server_kind> wanted;
     for (server_kind& k : kinds) {
         if (!o.variants.wants(k.name)) continue;
         if (access(k.program.c_str(), X_OK) != 0)
             k.missing = "not built: no " + k.program +
-                        (k.name == "spindle_kv" ? " (apps/kv; or name one with --spindle-kv PATH or SPINDLE_KV_SERVER)"
+                        (k.program == o.spindle_kv ? " (apps/kv; or name one with --spindle-kv PATH or SPINDLE_KV_SERVER)"
                                                 : " (Debian: memcached)");
         else if (!k.lock.empty() && !have_preload)
             k.missing = "not built: no preload library at " + o.preload +
@@ -746,7 +754,7 @@ int main(int argc, char** argv) {
     if (h.wants("idle")) {
         std::vector<server_kind> idle_kinds;  // the locks change nothing an idle connection holds
         for (const server_kind& k : wanted)
-            if (k.lock.empty() || k.lock == default_lock) idle_kinds.push_back(k);
+            if ((k.lock.empty() || k.lock == default_lock) && k.io.empty()) idle_kinds.push_back(k);
         bench_idle(h, o, idle_kinds);
     }
     return 0;
