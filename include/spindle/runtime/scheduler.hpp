@@ -54,6 +54,8 @@ public:
         // (that wake-up would end the watch anyway). On io_uring a look
         // reads the ring's memory; on epoll it is an epoll_wait with no
         // timeout, a system call, still cheaper than a sleep and wake-up.
+        // Between looks the worker yields its CPU (sched_yield) to any
+        // other thread that waits for it there.
         std::chrono::microseconds io_spin{100};
     };
 
