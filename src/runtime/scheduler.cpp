@@ -56,6 +56,7 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
         auto w = std::make_unique<detail::worker>();
         w->sched = state_;
         w->index = i;
+        w->stall_seen = std::make_unique<std::uint32_t[]>(n);  // help_stalled_peer
         s->workers.push_back(std::move(w));
     }
     try {

@@ -98,8 +98,10 @@ void park_worker(worker* w) noexcept {
         else futex_wait(&w->epoch, key);
     }
     // Claimed by a notifier (parked already false) or not: either way we
-    // are awake and will look for work. Our mark moves first: a peer that
-    // took it while we slept would otherwise judge us stalled at once.
+    // are awake and will look for work. Our mark moves: a peer that took
+    // it while we slept would otherwise judge us stalled at its next look.
+    // (Nothing orders this store before the one to `parked`; a peer that
+    // sees them the other way round helps once, for nothing.)
     note_io_step(w);
     // relaxed: only we and claimers write it, and a stale true costs a
     // claimer one futex_wake on an awake worker.
@@ -112,39 +114,41 @@ void park_worker(worker* w) noexcept {
 }  // namespace
 
 // Each poll that may enter the kernel (a busy worker's periodic one, each
-// look of a watch) also keeps an eye on one peer at a time: if that peer
-// is awake (not asleep in its engine) but its progress mark (io_steps) has
-// stood still for `stall`, its thread is preempted or stuck in a long
-// computation, and the fibers whose events wait in its engine are
-// stranded; this worker then takes those events (io_engine::help), and
-// the fibers run here. A healthy worker moves its mark at every
-// suspension, microseconds apart. With two workers and a client on two
-// CPUs, unpinned, p99 fell from 4.1 ms to about 0.4 ms. Tokio gets the
-// same from one I/O driver that every worker polls.
+// look of a watch) also keeps an eye on its peers, every `stall`: a peer
+// that is awake (not asleep in its engine) but whose progress mark
+// (io_steps) has not moved since the last look has had its thread
+// preempted or stuck in a long computation, and the fibers whose events
+// wait in its engine are stranded; this worker then takes those events
+// (io_engine::help), and the fibers run here. A healthy worker moves its
+// mark at every suspension, microseconds apart. With two workers and a
+// client on two CPUs, unpinned, p99 fell from 4.1 ms to about 0.4 ms.
+// Tokio gets the same from one I/O driver that every worker polls. Every
+// peer at each look (one relaxed load each), not one peer per look: with
+// N workers that would leave a stalled peer up to N-1 looks unseen.
 void help_stalled_peer(worker* w, io_engine* e) noexcept {
     constexpr auto stall = std::chrono::microseconds(100);
     auto& peers = w->sched->workers;
     const auto n = static_cast<unsigned>(peers.size());
     if (n < 2) return;
-    // The clock first: the peer's mark is read once per look (every
-    // `stall`), not at every poll of a watch, which would pull its line
-    // from the owner's cache about once a microsecond.
+    // The clock first: the peers' marks are read once per look, not at
+    // every poll of a watch, which would pull their lines from their
+    // owners' caches about once a microsecond.
     const auto now = std::chrono::steady_clock::now();
     const bool first = w->stall_since == std::chrono::steady_clock::time_point{};
-    if (!first && now - w->stall_since < stall) return;  // still watching it
-    worker* v = peers[w->stall_peer].get();
-    // relaxed: hints (see io_steps).
-    if (!first && v != w && v->io_steps.load(std::memory_order_relaxed) == w->stall_seen &&
-        !v->parked.load(std::memory_order_relaxed)) {
+    if (!first && now - w->stall_since < stall) return;
+    w->stall_since = now;
+    for (unsigned i = 0; i < n; ++i) {
+        worker* v = peers[i].get();
+        if (v == w) continue;
+        // relaxed: hints (see io_steps).
+        const std::uint32_t mark = v->io_steps.load(std::memory_order_relaxed);
+        const bool stalled = !first && mark == w->stall_seen[i] && !v->parked.load(std::memory_order_relaxed);
+        w->stall_seen[i] = mark;
+        if (!stalled) continue;
         // acquire pairs with the owner's release store of its engine.
         io_engine* pe = v->io.load(std::memory_order_acquire);
         if (pe != nullptr && pe->ops == e->ops) e->ops->help(pe);
     }
-    // On to the next peer, whose mark the next look compares.
-    if (++w->stall_peer >= n) w->stall_peer = 0;
-    if (w->stall_peer == w->index && ++w->stall_peer >= n) w->stall_peer = 0;
-    w->stall_seen = peers[w->stall_peer]->io_steps.load(std::memory_order_relaxed);  // relaxed: a hint
-    w->stall_since = now;
 }
 
 namespace {

@@ -52,6 +52,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <stop_token>
 
 #include <spindle/arch/config.hpp>
@@ -273,21 +274,23 @@ struct alignas(arch::cache_line) worker {
     // notifiers load it (acquire) after claiming `parked`, which the owner
     // stored after this, so a claimed worker's engine is always seen.
     std::atomic<io_engine*> io{nullptr};
-    std::uint32_t io_ticks = 0;  // owner: suspensions since the last poll
+    // What follows the owner writes at every suspension: a line of its
+    // own, so that the claimers' CAS of `parked` above does not pay for it.
+    alignas(arch::cache_line) std::uint32_t io_ticks = 0;  // owner: suspensions since the last poll
     std::uint32_t io_round = 0;  // owner: fibers ready after the last poll (poll_io)
     io_watch watch;  // owner
-    // Progress with its engine: bumped by the owner at each poll and at
-    // each suspension that checks whether a poll is due. A peer that sees
-    // it stand still for a while, with the owner awake, knows the owner's
-    // thread is preempted or stuck in a long computation
-    // (help_stalled_peer). relaxed both ways: a hint that orders nothing.
-    // Its own line: the owner stores it at every suspension, and the
-    // claimers' CAS of `parked` above should not pay for that.
-    alignas(arch::cache_line) std::atomic<std::uint32_t> io_steps{0};
-    // Owner: the stall watch on one peer at a time (help_stalled_peer).
-    unsigned stall_peer = 0;
-    std::uint32_t stall_seen = 0;                         // that peer's io_steps when first seen
-    std::chrono::steady_clock::time_point stall_since{};  // when
+    // Progress with its engine: bumped by the owner at each poll, at each
+    // suspension that checks whether a poll is due, and when it wakes from
+    // its park. A peer that sees it stand still for a while, with the
+    // owner awake, knows the owner's thread is preempted or stuck in a
+    // long computation (help_stalled_peer). relaxed both ways: a hint that
+    // orders nothing.
+    std::atomic<std::uint32_t> io_steps{0};
+    // Owner: the stall watch over its peers (help_stalled_peer): each
+    // peer's io_steps at the last look (indexed by worker; sized by the
+    // scheduler before the threads start), and when that look was.
+    std::unique_ptr<std::uint32_t[]> stall_seen;
+    std::chrono::steady_clock::time_point stall_since{};
 };
 
 // The worker whose thread this is; null on other threads. The variable
