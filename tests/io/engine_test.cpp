@@ -251,7 +251,7 @@ struct stalled_peer {
     spindle::scheduler& s;
     int sv[2]{-1, -1};
     std::atomic<bool> got{false}, release{false}, hogging{false}, reading{false};
-    spindle::fiber hog;
+    spindle::fiber hog, reader, busy;
 
     // Worker 1's own connection: `reads` reads of a byte each, in a fiber
     // pinned there, the first of them answered after 5 ms (which opens
@@ -259,13 +259,19 @@ struct stalled_peer {
     int own[2]{-1, -1};
     spindle::fiber own_reader;
 
+    // The streams of sv[0] and own[0] (the fibers read them), members so
+    // that they outlive the fibers.
+    io::stream a, b;
+
     explicit stalled_peer(spindle::scheduler& sched) : s(sched) {
         EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
         EXPECT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, own), 0);
+        a = io::stream(sv[0]);
+        b = io::stream(own[0]);
     }
     std::atomic<bool> first_own{false};
-    void start_own_reads(io::stream& b, int reads) {
-        own_reader = s.spawn([this, &b, reads] {
+    void start_own_reads(int reads) {
+        own_reader = s.spawn([this, reads] {
             for (int i = 0; i < reads; ++i) {
                 char c = 0;
                 EXPECT_TRUE(b.read_some(&c, 1));
@@ -281,14 +287,14 @@ struct stalled_peer {
         ASSERT_EQ(::write(own[1], "y", 1), 1);
         own_reader.join();
     }
-    void register_on_worker0(io::stream& a) {
+    void register_on_worker0() {
         s.spawn([&] {
              char c = 0;
              EXPECT_FALSE(a.read_some(&c, 1, io::timeout(1ms)));
          }, {.worker = 0, .pinned = true}).join();
     }
-    spindle::fiber spawn_reader(io::stream& a) {
-        return s.spawn([this, &a] {
+    void spawn_reader() {
+        reader = s.spawn([this] {
             char c = 0;
             reading = true;
             auto n = a.read_some(&c, 1);
@@ -317,9 +323,16 @@ struct stalled_peer {
         release = true;
         hog.join();
     }
+    // A fatal failure may have ended the test early, with fibers still
+    // running: end them (the hog and the busy loop by their flags, the
+    // reads by their peers' end of file) and join them.
     ~stalled_peer() {
-        release = true;  // a fatal failure may have ended the test early
-        if (hog.joinable()) hog.join();
+        release = true;
+        got = true;
+        ::shutdown(sv[1], SHUT_WR);
+        ::shutdown(own[1], SHUT_WR);
+        for (spindle::fiber* f : {&hog, &busy, &reader, &own_reader})
+            if (f->joinable()) f->join();
         ::close(sv[1]);
         ::close(own[1]);
     }
@@ -332,18 +345,17 @@ TEST(IoEngine, ABusyWorkerTakesTheEventsOfAStalledPeer) {
     // still.
     spindle::scheduler s({.workers = 2});
     stalled_peer t(s);
-    io::stream a(t.sv[0]), b(t.own[0]);
-    ASSERT_NO_FATAL_FAILURE(t.register_on_worker0(a));
-    ASSERT_NO_FATAL_FAILURE(t.start_own_reads(b, 1));
-    auto reader = t.spawn_reader(a);
-    auto busy = s.spawn([&] {
+    ASSERT_NO_FATAL_FAILURE(t.register_on_worker0());
+    ASSERT_NO_FATAL_FAILURE(t.start_own_reads(1));
+    t.spawn_reader();
+    t.busy = s.spawn([&] {
         auto end = steady::now() + 10s;
         while (!t.got && steady::now() < end) spindle::this_fiber::yield();
     }, {.worker = 1, .pinned = true});
     ASSERT_NO_FATAL_FAILURE(t.stall_worker0_and_write());
     t.expect_read_done();
-    reader.join();
-    busy.join();
+    t.reader.join();
+    t.busy.join();
     t.end_own_reads();
 }
 
@@ -355,13 +367,12 @@ TEST(IoEngine, AnIdleWorkerTakesTheEventsOfAStalledPeer) {
     // progress stand still.
     spindle::scheduler s({.workers = 2, .io_spin = std::chrono::seconds(10)});
     stalled_peer t(s);
-    io::stream a(t.sv[0]), b(t.own[0]);
-    ASSERT_NO_FATAL_FAILURE(t.register_on_worker0(a));
-    ASSERT_NO_FATAL_FAILURE(t.start_own_reads(b, 2));
-    auto reader = t.spawn_reader(a);
+    ASSERT_NO_FATAL_FAILURE(t.register_on_worker0());
+    ASSERT_NO_FATAL_FAILURE(t.start_own_reads(2));
+    t.spawn_reader();
     ASSERT_NO_FATAL_FAILURE(t.stall_worker0_and_write());
     t.expect_read_done();
-    reader.join();
+    t.reader.join();
     t.end_own_reads();
 }
 
