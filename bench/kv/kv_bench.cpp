@@ -122,8 +122,9 @@ constexpr int client_cpu = 0;
 constexpr double start_limit_s = 10;  // a server that does not accept by then failed to start
 const char* const default_lock = "hemlock_park";  // the preload library's default SPINDLE_LOCK
 // Never inherited by a child (spawn's `drop`): a server runs under the
-// preload library only where its variant says so.
-const std::vector<std::string> not_inherited{"LD_PRELOAD", "SPINDLE_LOCK"};
+// preload library, or on a named I/O backend, only where its variant says
+// so.
+const std::vector<std::string> not_inherited{"LD_PRELOAD", "SPINDLE_LOCK", "SPINDLE_IO"};
 
 struct run_options {
     spindle::bench::variant_filter variants;
@@ -278,7 +279,7 @@ server start_server(const run_options& o, const server_kind& k, unsigned workers
     if (k.program != o.spindle_kv && geteuid() == 0) argv.insert(argv.end(), {"-u", "root"});
     std::vector<std::string> env;
     if (!k.lock.empty()) env = {"LD_PRELOAD=" + o.preload, "SPINDLE_LOCK=" + k.lock};
-    if (!k.io.empty()) env = {"SPINDLE_IO=" + k.io};
+    if (!k.io.empty()) env.push_back("SPINDLE_IO=" + k.io);
     s.proc = spawn(argv, env, pinned ? server_cpu : -1, false, not_inherited);
     why = await_accepting(s.proc, s.port, k.name, start_limit_s);
     return s;
