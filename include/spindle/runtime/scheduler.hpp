@@ -53,9 +53,10 @@ public:
         // sleeping fiber or a timed wait due within io_spin does not watch
         // (that wake-up would end the watch anyway). On io_uring a look
         // reads the ring's memory; on epoll it is an epoll_wait with no
-        // timeout, a system call, still cheaper than a sleep and wake-up.
-        // Between looks the worker yields its CPU (sched_yield) to any
-        // other thread that waits for it there.
+        // timeout. Between looks the worker yields its CPU (sched_yield,
+        // a system call that returns at once when no other thread waits
+        // for that CPU); all of it is still cheaper than a sleep and
+        // wake-up.
         std::chrono::microseconds io_spin{100};
     };
 
