@@ -56,7 +56,7 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
         auto w = std::make_unique<detail::worker>();
         w->sched = state_;
         w->index = i;
-        w->stall_seen = std::make_unique<std::uint32_t[]>(n);  // help_stalled_peer
+        w->stall_seen = new std::uint32_t[n]();  // help_stalled_peer; freed by ~worker
         s->workers.push_back(std::move(w));
     }
     try {

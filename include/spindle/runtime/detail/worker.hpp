@@ -52,7 +52,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <exception>
-#include <memory>
 #include <stop_token>
 
 #include <spindle/arch/config.hpp>
@@ -287,10 +286,18 @@ struct alignas(arch::cache_line) worker {
     // orders nothing.
     std::atomic<std::uint32_t> io_steps{0};
     // Owner: the stall watch over its peers (help_stalled_peer): each
-    // peer's io_steps at the last look (indexed by worker; sized by the
-    // scheduler before the threads start), and when that look was.
-    std::unique_ptr<std::uint32_t[]> stall_seen;
+    // peer's io_steps at the last look (indexed by worker; new[]-ed by the
+    // scheduler before the threads start, freed by ~worker), and when that
+    // look was. A plain pointer, not a unique_ptr, which would make the
+    // worker non-standard-layout for the debugger's offsetof table
+    // (debug_layout.cpp).
+    std::uint32_t* stall_seen = nullptr;
     std::chrono::steady_clock::time_point stall_since{};
+
+    worker() = default;
+    worker(const worker&) = delete;
+    worker& operator=(const worker&) = delete;
+    ~worker() { delete[] stall_seen; }
 };
 
 // The worker whose thread this is; null on other threads. The variable
