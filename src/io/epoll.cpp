@@ -228,7 +228,7 @@ bool op_help(spindle::detail::io_engine* peer) noexcept {
 
 const spindle::detail::io_engine_ops epoll_ops = {&op_wake,    &op_block, &op_poll,  &op_busy,
                                                   &op_destroy, nullptr,   &op_flush, &op_poll_wanted,
-                                                  &op_help};
+                                                  &op_help,    nullptr};
 
 epoll_engine* engine_of(worker* w) noexcept {
     auto* cur = w->io.load(std::memory_order_relaxed);  // relaxed: only the owner stores it

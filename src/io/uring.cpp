@@ -24,6 +24,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -73,35 +74,42 @@ struct uring_engine : spindle::detail::io_engine {
     // after marking its operation); the owner exchanges it to 0 (acquire)
     // and then sees every marked operation.
     std::atomic<std::uint32_t> cancel_requests{0};
-    // Sleeping fibers (this_fiber::sleep_until), a binary min-heap by
-    // deadline (owner only). The worker fires every expired one at once
-    // when it looks at the engine, and block() sleeps no longer than the
-    // earliest: one wake-up for a burst of equal deadlines, where one
-    // kernel timeout per sleep cost 12x more CPU (see op_sleep).
-    std::vector<struct sleeper*> timers;
+    // Sleeping fibers (this_fiber::sleep_until) and the deadlines of timed
+    // waits (local_timer, timer.hpp), a binary min-heap by deadline (owner
+    // only). The worker fires every expired one at once when it looks at
+    // the engine, and block() sleeps no longer than the earliest: one
+    // wake-up for a burst of equal deadlines, where one kernel timeout per
+    // sleep cost 12x more CPU (see op_sleep).
+    std::vector<spindle::detail::heap_timer*> timers;
+    // A timed wait that ends before its deadline (the usual case) leaves a
+    // cancelled local_timer in the heap until its deadline; at this size
+    // add_timer first sweeps them out, so they stay at most about as many
+    // as the live entries.
+    std::size_t sweep_at = 64;
     // reap()'s waiters to unpark, in completion order (owner only;
     // capacity cq_entries, reserved at creation: reap never allocates).
     std::vector<waiter*> reaped;
 };
 
-struct sleeper {
+struct sleeper : spindle::detail::heap_timer {
     waiter wt;
-    time_point t;
-    std::size_t idx = 0;  // its place in the heap (owner only)
     // Set by a stop callback on any thread (release, before it counts a
     // cancel request); read by the owner (acquire) in process_cancels.
     std::atomic<bool> stop{false};
 };
 
-// ---- the sleepers' heap (owner only) ----------------------------------------
+// ---- the timer heap (owner only) --------------------------------------------
 
-void heap_set(uring_engine* e, std::size_t i, sleeper* s) noexcept {
+using spindle::detail::heap_timer;
+using spindle::detail::local_timer;
+
+void heap_set(uring_engine* e, std::size_t i, heap_timer* s) noexcept {
     e->timers[i] = s;
     s->idx = i;
 }
 
 void heap_up(uring_engine* e, std::size_t i) noexcept {
-    sleeper* s = e->timers[i];
+    heap_timer* s = e->timers[i];
     while (i > 0) {
         std::size_t parent = (i - 1) / 2;
         if (e->timers[parent]->t <= s->t) break;
@@ -113,7 +121,7 @@ void heap_up(uring_engine* e, std::size_t i) noexcept {
 
 void heap_down(uring_engine* e, std::size_t i) noexcept {
     std::size_t n = e->timers.size();
-    sleeper* s = e->timers[i];
+    heap_timer* s = e->timers[i];
     for (;;) {
         std::size_t c = 2 * i + 1;
         if (c >= n) break;
@@ -125,9 +133,9 @@ void heap_down(uring_engine* e, std::size_t i) noexcept {
     heap_set(e, i, s);
 }
 
-void heap_remove(uring_engine* e, sleeper* s) noexcept {
+void heap_remove(uring_engine* e, heap_timer* s) noexcept {
     std::size_t i = s->idx;
-    sleeper* last = e->timers.back();
+    heap_timer* last = e->timers.back();
     e->timers.pop_back();
     if (last == s) return;
     heap_set(e, i, last);
@@ -135,15 +143,30 @@ void heap_remove(uring_engine* e, sleeper* s) noexcept {
     heap_down(e, last->idx);
 }
 
-// Wake every sleeper whose time has come.
+// Wake every sleeper whose time has come, fire every such timed wait's
+// deadline.
 void fire_timers(uring_engine* e) noexcept {
     if (e->timers.empty()) return;
     time_point now = steady::now();
     while (!e->timers.empty() && e->timers.front()->t <= now) {
-        sleeper* s = e->timers.front();
-        heap_remove(e, s);
-        spindle::detail::unpark(&s->wt);  // s may be gone from here on
+        heap_timer* h = e->timers.front();
+        heap_remove(e, h);
+        if (h->is_local_timer)
+            spindle::detail::local_timer_fire(static_cast<local_timer*>(h));  // (or frees a cancelled one)
+        else
+            spindle::detail::unpark(&static_cast<sleeper*>(h)->wt);  // it may be gone from here on
     }
+}
+
+// Drops the cancelled timed-wait deadlines (owner only).
+void sweep_timers(uring_engine* e) noexcept {
+    std::size_t kept = 0;
+    for (heap_timer* h : e->timers)
+        if (!h->is_local_timer || !spindle::detail::local_timer_reclaim(static_cast<local_timer*>(h)))
+            e->timers[kept++] = h;
+    e->timers.resize(kept);
+    for (std::size_t i = 0; i < kept; ++i) e->timers[i]->idx = i;
+    for (std::size_t i = kept / 2; i-- > 0;) heap_down(e, i);
 }
 
 // Makes room for n SQEs (submitting what is queued if need be).
@@ -240,7 +263,11 @@ void process_cancels(uring_engine* e) noexcept {
         o = o->next;
     }
     for (std::size_t i = 0; i < e->timers.size();) {
-        sleeper* s = e->timers[i];
+        if (e->timers[i]->is_local_timer) {  // (no stop token of its own: the wait's guard has it)
+            ++i;
+            continue;
+        }
+        auto* s = static_cast<sleeper*>(e->timers[i]);
         if (!s->stop.load(std::memory_order_acquire)) {
             ++i;
             continue;
@@ -292,12 +319,25 @@ bool op_busy(spindle::detail::io_engine* base) noexcept {
 
 void op_destroy(spindle::detail::io_engine* base) noexcept {
     uring_engine* e = as_uring(base);
+    // No fiber is left, so neither is a timed wait: what remains of theirs
+    // was cancelled.
+    sweep_timers(e);
     io_uring_queue_exit(&e->ring);
     ::close(e->wake_fd);
     delete e;
 }
 
 bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept;
+
+void op_add_timer(spindle::detail::io_engine* base, local_timer* lt) noexcept {
+    uring_engine* e = as_uring(base);
+    if (e->timers.size() >= e->sweep_at) {
+        sweep_timers(e);
+        e->sweep_at = std::max<std::size_t>(64, 2 * e->timers.size());
+    }
+    e->timers.push_back(lt);
+    heap_up(e, e->timers.size() - 1);
+}
 
 bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
     uring_engine* e = as_uring(base);
@@ -325,7 +365,7 @@ bool op_poll_wanted(spindle::detail::io_engine* base) noexcept {
 
 const spindle::detail::io_engine_ops uring_ops = {&op_wake,    &op_block,   &op_poll,  &op_busy,
                                                   &op_destroy, &op_sleep,   &op_flush, &op_poll_wanted,
-                                                  nullptr};
+                                                  nullptr,     &op_add_timer};
 
 uring_engine* engine_of(worker* w) noexcept {
     // relaxed: only this thread (the owner) stores it.

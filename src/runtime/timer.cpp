@@ -5,6 +5,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <thread>
@@ -112,6 +113,61 @@ private:
 void timer_add(timer_entry* e) { timer_service::instance().add(e); }
 void timer_cancel(timer_entry* e) noexcept { timer_service::instance().cancel(e); }
 std::chrono::steady_clock::time_point timer_earliest() noexcept { return timer_service::instance().earliest(); }
+
+local_timer* local_timer_add(std::chrono::steady_clock::time_point t, void (*fn)(void*) noexcept,
+                             void* arg) noexcept {
+    worker* w = current_worker();
+    if (w == nullptr || w->current == nullptr) return nullptr;
+    // relaxed: the worker's own store (engine_of), and this is its thread.
+    io_engine* e = w->io.load(std::memory_order_relaxed);
+    if (e == nullptr || e->ops->add_timer == nullptr) return nullptr;
+    auto* lt = new (std::nothrow) local_timer;
+    if (lt == nullptr) return nullptr;
+    lt->t = t;
+    lt->is_local_timer = true;
+    lt->fn = fn;
+    lt->arg = arg;
+    e->ops->add_timer(e, lt);
+    w->yield_check = 1;  // a fiber that yields in a loop still lets the heap fire (yield_slow)
+    return lt;
+}
+
+void local_timer_cancel(local_timer* lt) noexcept {
+    std::uint32_t s = local_timer::armed;
+    // armed -> cancelled: the owner frees it (acq_rel: see local_timer::state).
+    if (lt->state.compare_exchange_strong(s, local_timer::cancelled, std::memory_order_acq_rel,
+                                          std::memory_order_acquire))
+        return;
+    // Firing on its worker's thread, which is not ours (a fiber that runs
+    // there cannot be running here): wait for fn to return. acquire pairs
+    // with local_timer_fire's release store.
+    for (int spins = 0; lt->state.load(std::memory_order_acquire) != local_timer::fired; ++spins) {
+        if (spins < 64) arch::cpu_relax();
+        else std::this_thread::yield();  // that thread may be preempted
+    }
+    delete lt;
+}
+
+void local_timer_fire(local_timer* lt) noexcept {
+    std::uint32_t s = local_timer::armed;
+    // armed -> firing; finding `cancelled` (acquire: the canceller's CAS
+    // was its last touch), the timer is ours to free.
+    if (!lt->state.compare_exchange_strong(s, local_timer::firing, std::memory_order_acquire,
+                                           std::memory_order_acquire)) {
+        delete lt;
+        return;
+    }
+    lt->fn(lt->arg);
+    // release: fn's effects and our last touch, before the canceller frees it.
+    lt->state.store(local_timer::fired, std::memory_order_release);
+}
+
+bool local_timer_reclaim(local_timer* lt) noexcept {
+    // acquire: as in local_timer_fire.
+    if (lt->state.load(std::memory_order_acquire) != local_timer::cancelled) return false;
+    delete lt;
+    return true;
+}
 
 }  // namespace spindle::detail
 

@@ -63,20 +63,25 @@ void request_cancel(wait_node* n) noexcept {
 wait_guard::wait_guard(wait_node& n, std::chrono::steady_clock::time_point deadline, std::stop_token* st)
     : n_(n), deadline_(deadline) {
     if (st != nullptr && st->stop_possible()) stop_.emplace(*st, stop_fn{&n});
-    // A fiber's deadline is a timer; a thread sleeps on its futex with a
-    // timeout instead (see wait()).
+    // A fiber's deadline is a timer: on its worker's own heap where the
+    // worker keeps one (io_uring), else the timer thread's. A thread sleeps
+    // on its futex with a timeout instead (see wait()).
     if (n.w.fiber != nullptr && deadline != no_deadline) {
-        timer_.deadline = deadline;
-        timer_.fn = &wait_guard::on_timer;
-        timer_.arg = &n;
-        timer_add(&timer_);
-        timer_armed_ = true;
+        local_ = local_timer_add(deadline, &wait_guard::on_timer, &n);
+        if (local_ == nullptr) {
+            timer_.deadline = deadline;
+            timer_.fn = &wait_guard::on_timer;
+            timer_.arg = &n;
+            timer_add(&timer_);
+            timer_armed_ = true;
+        }
     }
 }
 
 wait_guard::~wait_guard() {
     // Each waits for an action that is running right now, so after this the
     // node is ours alone.
+    if (local_ != nullptr) local_timer_cancel(local_);
     if (timer_armed_) timer_cancel(&timer_);
     stop_.reset();
 }

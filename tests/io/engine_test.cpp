@@ -1,5 +1,6 @@
-// The runtime side of the I/O layer: sleeping on an io_uring worker's own
-// timer heap, a worker whose fibers never suspend still moving I/O, and a
+// The runtime side of the I/O layer: sleeping, and the deadlines of the
+// sync primitives' timed waits, on an io_uring worker's own timer heap, a
+// worker whose fibers never suspend still moving I/O, and a
 // worker that watches its ring before it sleeps (scheduler::options::io_spin).
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -15,7 +16,11 @@
 
 #include <spindle/io.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/runtime/detail/timer.hpp>
+#include <spindle/sync/condition_variable.hpp>
+#include <spindle/sync/counting_semaphore.hpp>
 #include <spindle/sync/event.hpp>
+#include <spindle/sync/mutex.hpp>
 
 namespace {
 
@@ -81,6 +86,133 @@ TEST(IoEngine, StopEndsASleepOnTheEngine) {
         f.join();
         EXPECT_FALSE(slept);
     }
+}
+
+// Where the worker keeps a timer heap, a timed wait's deadline goes there,
+// not to the timer thread (whose earliest deadline stays "none").
+bool deadlines_on_worker_heap() { return io::current_backend() == io::backend::io_uring; }
+
+TEST(IoEngine, TimedWaitsTimeOutOnTheWorkersHeap) {
+    spindle::scheduler s({.workers = 1});
+    make_engines(s);
+    spindle::counting_semaphore<> sem(0);
+    spindle::mutex m;
+    spindle::condition_variable cv;
+    spindle::mutex cvm;  // cv's (one mutex per condition variable at a time)
+    std::atomic<bool> held{false};
+    std::atomic<bool> release_m{false};
+    auto holder = s.spawn([&] {
+        m.lock();
+        held = true;
+        while (!release_m) spindle::this_fiber::sleep_for(1ms);
+        m.unlock();
+    });
+    while (!held) std::this_thread::yield();
+    std::vector<spindle::fiber> fs;
+    std::atomic<int> done{0};
+    // Deadlines in the reverse order of the spawns, and three primitives.
+    for (int i = 0; i < 30; ++i)
+        fs.push_back(s.spawn([&, i] {
+            const auto d = std::chrono::microseconds(3000 - 50 * i);
+            const auto t0 = steady::now();
+            switch (i % 3) {
+            case 0: EXPECT_FALSE(sem.try_acquire_for(d)); break;
+            case 1: EXPECT_FALSE(m.try_lock_for(d)); break;
+            case 2: {
+                std::unique_lock lk(cvm);
+                EXPECT_EQ(cv.wait_for(lk, d), spindle::cv_status::timeout);
+                break;
+            }
+            }
+            EXPECT_GE(steady::now() - t0, d);
+            ++done;
+        }));
+    for (auto& f : fs) f.join();
+    EXPECT_EQ(done.load(), 30);
+    release_m = true;
+    holder.join();
+}
+
+TEST(IoEngine, ATimedWaitOnTheHeapLeavesTheTimerThreadAlone) {
+    if (!deadlines_on_worker_heap()) GTEST_SKIP() << "the epoll backend keeps no timers";
+    spindle::scheduler s({.workers = 1});
+    make_engines(s);
+    spindle::counting_semaphore<> sem(0);
+    std::atomic<bool> waiting{false};
+    auto f = s.spawn([&] {
+        waiting = true;
+        EXPECT_TRUE(sem.try_acquire_for(1h));
+    });
+    while (!waiting) std::this_thread::yield();
+    std::this_thread::sleep_for(2ms);  // parked by now, or about to be: either way the deadline is armed
+    EXPECT_EQ(spindle::detail::timer_earliest(), steady::time_point::max());
+    sem.release();
+    f.join();
+}
+
+TEST(IoEngine, GrantedTimedWaitsAcrossWorkersLeaveNothingBehind) {
+    // Two fibers hand a token back and forth with hour-long deadlines: every
+    // wait is granted (often by the other worker, the waiter then resuming
+    // there), so every deadline is cancelled, from whichever thread the
+    // waiter is on by then, and swept out of the heap long before it is due.
+    // The scheduler's end must not wait for them.
+    const auto t0 = steady::now();
+    {
+        spindle::scheduler s({.workers = 2});
+        make_engines(s);
+        spindle::counting_semaphore<> ping(0), pong(0);
+        constexpr int rounds = 20000;
+        auto a = s.spawn([&] {
+            for (int r = 0; r < rounds; ++r) {
+                ping.release();
+                EXPECT_TRUE(pong.try_acquire_for(1h));
+            }
+        });
+        auto b = s.spawn([&] {
+            for (int r = 0; r < rounds; ++r) {
+                EXPECT_TRUE(ping.try_acquire_for(1h));
+                pong.release();
+            }
+        });
+        a.join();
+        b.join();
+    }
+    EXPECT_LT(steady::now() - t0, 10min);  // (an hour-long deadline kept it alive otherwise)
+}
+
+TEST(IoEngine, TimeoutsRacingGrantsKeepTheCount) {
+    // Deadlines due just as the permits arrive from the other worker: each
+    // wait either took a permit or timed out, never both, never neither.
+    spindle::scheduler s({.workers = 2});
+    make_engines(s);
+    spindle::counting_semaphore<> sem(0);
+    constexpr int waiters = 8, rounds = 300;
+    std::atomic<int> took{0};
+    std::atomic<bool> stop_releasing{false};
+    int released = 0;
+    auto releaser = s.spawn(
+        [&] {
+            while (!stop_releasing) {
+                sem.release();
+                ++released;
+                spindle::this_fiber::sleep_for(std::chrono::microseconds(20));
+            }
+        },
+        {.worker = 1, .pinned = true});
+    std::vector<spindle::fiber> fs;
+    for (int i = 0; i < waiters; ++i)
+        fs.push_back(s.spawn(
+            [&, i] {
+                for (int r = 0; r < rounds; ++r)
+                    if (sem.try_acquire_for(std::chrono::microseconds(10 + (r + i) % 40))) ++took;
+            },
+            {.worker = 0}));
+    for (auto& f : fs) f.join();
+    stop_releasing = true;
+    releaser.join();
+    int left = 0;
+    while (sem.try_acquire()) ++left;
+    EXPECT_EQ(took.load() + left, released);
 }
 
 TEST(IoEngine, AYieldingFiberStillLetsIoComplete) {

@@ -109,7 +109,10 @@ struct scheduler_state;
 //            for it (help_stalled_peer). Null where only the owner can
 //            reap (io_uring: a completion is the submitting thread's task
 //            work)
+//   add_timer
+//            owner: keep a timed wait's deadline (see the field)
 struct io_engine;
+struct local_timer;
 struct io_engine_ops {
     void (*wake)(io_engine*) noexcept;
     void (*block)(io_engine*) noexcept;
@@ -120,6 +123,9 @@ struct io_engine_ops {
     bool (*flush)(io_engine*, std::chrono::steady_clock::time_point horizon) noexcept;
     bool (*poll_wanted)(io_engine*) noexcept;
     bool (*help)(io_engine* peer) noexcept;
+    // Puts a timed wait's deadline on the owner's timer heap (timer.hpp,
+    // local_timer). Null: the engine keeps no timers.
+    void (*add_timer)(io_engine*, local_timer*) noexcept;
 };
 struct io_engine {
     const io_engine_ops* ops;

@@ -159,6 +159,7 @@ private:
     std::chrono::steady_clock::time_point deadline_;
     timer_entry timer_;
     bool timer_armed_ = false;
+    local_timer* local_ = nullptr;  // the deadline on the worker's own heap, else timer_
     std::optional<std::stop_callback<stop_fn>> stop_;
 };
 
