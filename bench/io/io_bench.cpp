@@ -98,6 +98,16 @@
 //                      thread) against worker_heap (a worker with an
 //                      io_uring: its own timer heap); metric: the process's
 //                      CPU time per sleep (cpu_us_per_sleep, getrusage)
+//   timed_wait         the deadlines of the sync primitives' timed waits,
+//                      counting_semaphore::try_acquire_for on 1 worker, in
+//                      this process, timer_thread against worker_heap as
+//                      for sleep: expired=0, F fibers in pairs handing a
+//                      permit back and forth with 1 s deadlines (each wait
+//                      granted, its deadline armed and cancelled), F in
+//                      {2, 200}; expired=1, F fibers waiting 50 us on a
+//                      semaphore nobody releases, F in {10, 1000}; metric:
+//                      the process's CPU time per try_acquire_for call
+//                      (cpu_us_per_wait)
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
@@ -109,6 +119,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <sstream>
 #include <string>
@@ -122,6 +133,7 @@
 
 #include <spindle/io.hpp>
 #include <spindle/runtime/scheduler.hpp>
+#include <spindle/sync/counting_semaphore.hpp>
 
 #include "../harness/harness.hpp"
 #include "../harness/options.hpp"
@@ -695,17 +707,21 @@ void bench_file(harness& h, const run_options& o) {
     h.compare("file", ps, {"preads_per_s", true}, vs);
 }
 
+// Gives the (one) worker of `sched` its io_uring: a wait on a descriptor
+// that is always writable.
+void give_ring(spindle::scheduler& sched) {
+    int p[2];
+    if (::pipe(p) != 0) fail("sleep: pipe: %s", std::strerror(errno));
+    sched.spawn([&] { (void)spindle::io::wait_writable(p[1]); }).join();  // makes the worker's ring
+    ::close(p[0]);
+    ::close(p[1]);
+}
+
 // CPU per this_fiber::sleep_for by `fibers` fibers on one worker, each
 // sleeping `rounds` times; with `ring`, the worker first gets its io_uring.
 double sleeps(int fibers, int rounds, bool ring) {
     spindle::scheduler sched({.workers = 1});
-    if (ring) {
-        int p[2];
-        if (::pipe(p) != 0) fail("sleep: pipe: %s", std::strerror(errno));
-        sched.spawn([&] { (void)spindle::io::wait_writable(p[1]); }).join();  // makes the worker's ring
-        ::close(p[0]);
-        ::close(p[1]);
-    }
+    if (ring) give_ring(sched);
     double c0 = process_cpu_s();
     std::vector<spindle::fiber> fs;
     for (int i = 0; i < fibers; ++i)
@@ -714,6 +730,57 @@ double sleeps(int fibers, int rounds, bool ring) {
         }));
     for (auto& f : fs) f.join();
     return (process_cpu_s() - c0) * 1e6 / (static_cast<double>(fibers) * rounds);
+}
+
+// CPU per try_acquire_for call by `fibers` fibers on one worker, `rounds`
+// calls each (see timed_wait above); with `ring`, the worker first gets its
+// io_uring and keeps the deadlines itself.
+double timed_waits(int fibers, int rounds, bool ring, bool expire) {
+    spindle::scheduler sched({.workers = 1});
+    if (ring) give_ring(sched);
+    std::vector<std::unique_ptr<spindle::counting_semaphore<>>> sems;
+    for (int i = 0; i < fibers; ++i) sems.push_back(std::make_unique<spindle::counting_semaphore<>>(0));
+    double c0 = process_cpu_s();
+    std::vector<spindle::fiber> fs;
+    for (int i = 0; i < fibers; ++i) {
+        if (expire) {
+            fs.push_back(sched.spawn([&, i] {
+                for (int r = 0; r < rounds; ++r)
+                    if (sems[i]->try_acquire_for(std::chrono::microseconds(50))) fail("timed_wait: a permit nobody gave");
+            }));
+        } else {
+            // Fiber i gives to i^1's semaphore and waits on its own.
+            const bool first = i % 2 == 0;
+            fs.push_back(sched.spawn([&, i, first] {
+                for (int r = 0; r < rounds; ++r) {
+                    if (first) sems[i ^ 1]->release();
+                    if (!sems[i]->try_acquire_for(std::chrono::seconds(1))) fail("timed_wait: a 1 s wait timed out");
+                    if (!first) sems[i ^ 1]->release();
+                }
+            }));
+        }
+    }
+    for (auto& f : fs) f.join();
+    return (process_cpu_s() - c0) * 1e6 / (static_cast<double>(fibers) * rounds);
+}
+
+void bench_timed_wait(harness& h) {
+    struct point {
+        int fibers, rounds;
+        bool expire;
+    };
+    for (point p : {point{2, 20000, false}, point{200, 200, false}, point{10, 200, true}, point{1000, 5, true}}) {
+        const params ps{{"expired", p.expire ? 1 : 0}, {"fibers", p.fibers}, {"workers", 1}};
+        if (spindle::io::current_backend() != spindle::io::backend::io_uring) {
+            h.report_status("timed_wait", ps, {"cpu_us_per_wait", false}, "*", "skipped",
+                            "the worker's timer heap needs the io_uring backend (SPINDLE_IO)", "");
+            continue;
+        }
+        std::vector<variant> vs;
+        vs.emplace_back("worker_heap", [=] { return timed_waits(p.fibers, p.rounds, true, p.expire); }, true);
+        vs.emplace_back("timer_thread", [=] { return timed_waits(p.fibers, p.rounds, false, p.expire); });
+        h.compare("timed_wait", ps, {"cpu_us_per_wait", false}, vs);
+    }
 }
 
 void bench_sleep(harness& h) {
@@ -776,5 +843,6 @@ int main(int argc, char** argv) {
     if (h.wants("syscalls")) bench_syscalls(h, o, kinds);
     if (h.wants("file")) bench_file(h, o);
     if (h.wants("sleep")) bench_sleep(h);
+    if (h.wants("timed_wait")) bench_timed_wait(h);
     return 0;
 }
