@@ -248,7 +248,8 @@ namespace {
 // waiter whose context is saved (parked).
 bool can_switch_into(worker* w, waiter* wt, handoff policy) noexcept {
     fiber_ctx* f = wt->fiber;
-    if (policy == handoff::dispatch || f == nullptr || w == nullptr || w->current == nullptr) return false;
+    if (policy == handoff::dispatch || f == nullptr || w == nullptr || w->current == nullptr || w->no_switch != 0)
+        return false;
     // Parked first: acquire pairs with finish_park()'s exchange, so f's
     // context is saved and f->home is the one it parked with. Only after it:
     // a waiter that has not parked yet may be running elsewhere, where

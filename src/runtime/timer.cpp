@@ -157,7 +157,14 @@ void local_timer_fire(local_timer* lt) noexcept {
         delete lt;
         return;
     }
+    // fn runs where the owner looks at its engine: in its loop, or inside a
+    // fiber's suspension or yield (poll_io). A handoff it makes (a
+    // cancelled waiter's smart cancellation resuming the next one) must
+    // only make the waiter ready, never switch into it from there.
+    worker* w = current_worker();
+    ++w->no_switch;
     lt->fn(lt->arg);
+    --w->no_switch;
     // release: fn's effects and our last touch, before the canceller frees it.
     lt->state.store(local_timer::fired, std::memory_order_release);
 }

@@ -180,25 +180,31 @@ TEST(IoEngine, GrantedTimedWaitsAcrossWorkersLeaveNothingBehind) {
     EXPECT_LT(steady::now() - t0, 10min);  // (an hour-long deadline kept it alive otherwise)
 }
 
-TEST(IoEngine, TimeoutsRacingGrantsKeepTheCount) {
-    // Deadlines due just as the permits arrive from the other worker: each
-    // wait either took a permit or timed out, never both, never neither.
-    spindle::scheduler s({.workers = 2});
+// Deadlines due just as permits arrive: each wait either took a permit or
+// timed out, never both, never neither. A fiber that only yields keeps the
+// worker polling its engine from inside yields and suspensions, so
+// deadlines fire there too, where a handoff made by a cancellation (the
+// semaphore's cancelled waiter passing a permit on) must not switch fibers.
+void race_timeouts(unsigned workers) {
+    spindle::scheduler s({.workers = workers});
     make_engines(s);
     spindle::counting_semaphore<> sem(0);
     constexpr int waiters = 8, rounds = 300;
     std::atomic<int> took{0};
-    std::atomic<bool> stop_releasing{false};
+    std::atomic<bool> stop{false};
     int released = 0;
     auto releaser = s.spawn(
         [&] {
-            while (!stop_releasing) {
+            while (!stop) {
                 sem.release();
                 ++released;
                 spindle::this_fiber::sleep_for(std::chrono::microseconds(20));
             }
         },
-        {.worker = 1, .pinned = true});
+        {.worker = static_cast<int>(workers - 1), .pinned = true});
+    auto yielder = s.spawn([&] {
+        while (!stop) spindle::this_fiber::yield();
+    }, {.worker = 0, .pinned = true});
     std::vector<spindle::fiber> fs;
     for (int i = 0; i < waiters; ++i)
         fs.push_back(s.spawn(
@@ -208,11 +214,17 @@ TEST(IoEngine, TimeoutsRacingGrantsKeepTheCount) {
             },
             {.worker = 0}));
     for (auto& f : fs) f.join();
-    stop_releasing = true;
+    stop = true;
     releaser.join();
+    yielder.join();
     int left = 0;
     while (sem.try_acquire()) ++left;
     EXPECT_EQ(took.load() + left, released);
+}
+
+TEST(IoEngine, TimeoutsRacingGrantsKeepTheCount) {
+    race_timeouts(1);
+    race_timeouts(2);
 }
 
 TEST(IoEngine, AYieldingFiberStillLetsIoComplete) {

@@ -251,6 +251,11 @@ struct alignas(arch::cache_line) worker {
     std::uint32_t yield_check = 0;
     std::uint32_t picks = 0;        // counts deque picks, for fairness to the ring
     std::uint32_t deque_picks = 0;  // every 8th takes the deque's oldest (pop_ready)
+    // Nonzero while the owner runs a timed wait's deadline action
+    // (local_timer_fire), which may hand a primitive to a waiter: that
+    // handoff must not switch fibers (can_switch_into), for the action may
+    // run inside a suspension or a yield, as the timer thread's never did.
+    std::uint32_t no_switch = 0;
     // Ready pinned fibers (FIFO, owner only): they never enter the deque,
     // where a thief could take them.
     fiber_ctx* pinned_head = nullptr;
