@@ -711,7 +711,7 @@ void bench_file(harness& h, const run_options& o) {
 // that is always writable.
 void give_ring(spindle::scheduler& sched) {
     int p[2];
-    if (::pipe(p) != 0) fail("sleep: pipe: %s", std::strerror(errno));
+    if (::pipe(p) != 0) fail("give_ring: pipe: %s", std::strerror(errno));
     sched.spawn([&] { (void)spindle::io::wait_writable(p[1]); }).join();  // makes the worker's ring
     ::close(p[0]);
     ::close(p[1]);

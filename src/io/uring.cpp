@@ -133,6 +133,11 @@ void heap_down(uring_engine* e, std::size_t i) noexcept {
     heap_set(e, i, s);
 }
 
+void heap_push(uring_engine* e, heap_timer* s) noexcept {
+    e->timers.push_back(s);
+    heap_up(e, e->timers.size() - 1);
+}
+
 void heap_remove(uring_engine* e, heap_timer* s) noexcept {
     std::size_t i = s->idx;
     heap_timer* last = e->timers.back();
@@ -335,8 +340,7 @@ void op_add_timer(spindle::detail::io_engine* base, local_timer* lt) noexcept {
         sweep_timers(e);
         e->sweep_at = std::max<std::size_t>(64, 2 * e->timers.size());
     }
-    e->timers.push_back(lt);
-    heap_up(e, e->timers.size() - 1);
+    heap_push(e, lt);
 }
 
 bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
@@ -483,8 +487,7 @@ bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
     sleeper s;
     s.wt.fiber = w->current;
     s.t = t;
-    e->timers.push_back(&s);
-    heap_up(e, e->timers.size() - 1);
+    heap_push(e, &s);
     w->yield_check = 1;  // yields look at the engine meanwhile (yield_slow)
     auto request = [&s, e]() noexcept {
         s.stop.store(true, std::memory_order_release);  // before the count: see cancel_requests
