@@ -28,6 +28,7 @@ struct scheduler_state {
     std::vector<std::thread> threads;
     std::size_t stack_size = default_stack_size;
     std::int64_t io_spin_ns = 0;  // options::io_spin; written before the workers start
+    std::int64_t io_slice_ns = 0;  // options::io_slice; likewise
     // Fibers spawned and not finished. Incremented before a fiber is
     // published, decremented by the fiber as it finishes. seq_cst with
     // `stopping`: see should_stop().
@@ -55,9 +56,10 @@ inline void note_io_step(worker* w) noexcept {
     w->io_steps.store(w->io_steps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// At each poll that may enter the kernel: take the events of a peer whose
-// thread has stopped (worker_loop.cpp).
-void help_stalled_peer(worker* w, io_engine* e) noexcept;
+// At each poll that may enter the kernel (worker_loop.cpp): offer the CPU
+// after a long unbroken run (options::io_slice), and take the events of a
+// peer whose thread has stopped (help_stalled_peer).
+void busy_look(worker* w, io_engine* e) noexcept;
 
 // Poll the engine (make the completed fibers ready; with may_enter, also
 // submit and collect what the kernel holds) and note how many fibers are
@@ -72,7 +74,7 @@ inline void poll_io(worker* w, io_engine* e, bool may_enter) noexcept {
     note_io_step(w);
     if (may_enter) {
         w->io_ticks = 0;
-        if (e->ops->help != nullptr) help_stalled_peer(w, e);
+        busy_look(w, e);
     }
     w->io_round = static_cast<std::uint32_t>(std::min<std::size_t>(w->deque.size_hint(), UINT32_MAX));
 }

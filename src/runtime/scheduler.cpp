@@ -51,6 +51,10 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
         throw std::invalid_argument("spindle::scheduler: io_spin " + std::to_string(opts.io_spin.count()) +
                                     " us is outside 0 us .. 1 min");
     s->io_spin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.io_spin).count();
+    if (opts.io_slice.count() < 0 || opts.io_slice > std::chrono::minutes(1))
+        throw std::invalid_argument("spindle::scheduler: io_slice " + std::to_string(opts.io_slice.count()) +
+                                    " us is outside 0 us .. 1 min");
+    s->io_slice_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.io_slice).count();
     detail::install_overflow_handler();
     for (unsigned i = 0; i < n; ++i) {
         auto w = std::make_unique<detail::worker>();

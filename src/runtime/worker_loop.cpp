@@ -97,6 +97,8 @@ void park_worker(worker* w) noexcept {
         if (io_engine* e = w->io.load(std::memory_order_relaxed)) e->ops->block(e);
         else futex_wait(&w->epoch, key);
     }
+    // A new unbroken run begins (busy_look; workers with an engine only).
+    if (w->io.load(std::memory_order_relaxed) != nullptr) w->run_since = std::chrono::steady_clock::now();
     // Claimed by a notifier (parked already false) or not: either way we
     // are awake and will look for work. Our mark moves: a peer that took
     // it while we slept would otherwise judge us stalled at its next look.
@@ -111,8 +113,6 @@ void park_worker(worker* w) noexcept {
     s->sleepers.fetch_sub(1, std::memory_order_seq_cst);
 }
 
-}  // namespace
-
 // Each poll that may enter the kernel (a busy worker's periodic one, each
 // look of a watch) also keeps an eye on its peers, every `stall`: a peer
 // that is awake (not asleep in its engine) but whose progress mark
@@ -125,15 +125,14 @@ void park_worker(worker* w) noexcept {
 // Tokio gets the same from one I/O driver that every worker polls. Every
 // peer at each look (one relaxed load each), not one peer per look: with
 // N workers that would leave a stalled peer up to N-1 looks unseen.
-void help_stalled_peer(worker* w, io_engine* e) noexcept {
+void help_stalled_peer(worker* w, io_engine* e, std::chrono::steady_clock::time_point now) noexcept {
     constexpr auto stall = std::chrono::microseconds(100);
     auto& peers = w->sched->workers;
     const auto n = static_cast<unsigned>(peers.size());
     if (n < 2) return;
-    // The clock first: the peers' marks are read once per look, not at
-    // every poll of a watch, which would pull their lines from their
-    // owners' caches about once a microsecond.
-    const auto now = std::chrono::steady_clock::now();
+    // The clock first (busy_look): the peers' marks are read once per
+    // look, not at every poll of a watch, which would pull their lines
+    // from their owners' caches about once a microsecond.
     const bool first = w->stall_since == std::chrono::steady_clock::time_point{};
     if (!first && now - w->stall_since < stall) return;
     w->stall_since = now;
@@ -149,6 +148,28 @@ void help_stalled_peer(worker* w, io_engine* e) noexcept {
         io_engine* pe = v->io.load(std::memory_order_acquire);
         if (pe != nullptr && pe->ops == e->ops) e->ops->help(pe);
     }
+}
+
+}  // namespace
+
+void busy_look(worker* w, io_engine* e) noexcept {
+    using clock = std::chrono::steady_clock;
+    auto now = clock::now();
+    // A run longer than io_slice gives the CPU to whoever waits for it.
+    // Unpinned beside memaslap (2 workers, 64 connections, 90/10 64 B),
+    // a worker and a memaslap thread fed each other on both CPUs for
+    // milliseconds while the other pair waited in a run queue until a
+    // scheduler tick: spindle-kv's p99 was 1.5-2x memcached's, whose
+    // threads sleep in epoll_wait more often. With a 100 us slice it
+    // was 0.25-0.4x memcached's (docs/benchmarks.md). The watch yields at
+    // every look and restarts the run there (watch_engine).
+    const std::int64_t slice = w->sched->io_slice_ns;
+    if (slice > 0 && now - w->run_since >= std::chrono::nanoseconds(slice)) {
+        ::sched_yield();
+        now = clock::now();
+        w->run_since = now;
+    }
+    if (e->ops->help != nullptr) help_stalled_peer(w, e, now);
 }
 
 namespace {
@@ -173,7 +194,9 @@ fiber_ctx* watch_engine(worker* w, io_engine* e, std::chrono::steady_clock::time
         // memaslap, 15-60 % more server CPU per operation and a p99 of
         // 1.8-2.1x memcached's (1.4-1.6x with the yield; docs/benchmarks.md).
         ::sched_yield();
-        if (std::chrono::steady_clock::now() >= until) return nullptr;
+        const auto now = std::chrono::steady_clock::now();
+        w->run_since = now;
+        if (now >= until) return nullptr;
     }
 }
 
@@ -192,6 +215,7 @@ void run_worker_thread(worker* w) {
     w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
     using clock = std::chrono::steady_clock;
     clock::time_point idle_from{};  // start of an idle spell that may adapt the watch; {} if none
+    w->run_since = clock::now();
     for (;;) {
         run_post(w);
         fiber_ctx* f = find_work(w);

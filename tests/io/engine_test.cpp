@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <memory>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -260,6 +261,56 @@ TEST(IoEngine, WatchOptionOutOfRangeIsRefused) {
     EXPECT_THROW(spindle::scheduler({.workers = 1, .io_spin = std::chrono::microseconds::max()}), std::invalid_argument);
     spindle::scheduler ok({.workers = 1, .io_spin = std::chrono::minutes(1)});
 }
+
+TEST(IoEngine, SliceOptionOutOfRangeIsRefused) {
+    EXPECT_THROW(spindle::scheduler({.workers = 1, .io_slice = std::chrono::microseconds(-1)}), std::invalid_argument);
+    EXPECT_THROW(spindle::scheduler({.workers = 1, .io_slice = std::chrono::hours(1)}), std::invalid_argument);
+    spindle::scheduler ok({.workers = 1, .io_slice = std::chrono::minutes(1)});
+}
+
+// Workers that never run out of fibers (pairs echoing bytes over socket
+// pairs, more pairs than workers) reach the busy worker's periodic look
+// at their engines, where a run longer than io_slice yields the CPU: with
+// 1 us, at every look. Every byte comes back in order either way.
+void busy_pairs(std::chrono::microseconds io_slice) {
+    spindle::scheduler s({.workers = 2, .io_slice = io_slice});
+    constexpr int pairs = 16, rounds = 2000;
+    std::vector<std::unique_ptr<io::stream>> ends;
+    for (int p = 0; p < pairs; ++p) {
+        int sv[2];
+        ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+        ends.push_back(std::make_unique<io::stream>(sv[0]));
+        ends.push_back(std::make_unique<io::stream>(sv[1]));
+    }
+    std::vector<spindle::fiber> fibers;
+    std::atomic<int> done{0};
+    for (int p = 0; p < pairs; ++p) {
+        io::stream& a = *ends[2 * p];
+        io::stream& b = *ends[2 * p + 1];
+        fibers.push_back(s.spawn([&b] {
+            for (int i = 0; i < rounds; ++i) {
+                char c = 0;
+                ASSERT_FALSE(b.read_exact(&c, 1));
+                ASSERT_FALSE(b.write_all(&c, 1));
+            }
+        }));
+        fibers.push_back(s.spawn([&a, &done, p] {
+            for (int i = 0; i < rounds; ++i) {
+                char c = static_cast<char>(p + i), back = 0;
+                ASSERT_FALSE(a.write_all(&c, 1));
+                ASSERT_FALSE(a.read_exact(&back, 1));
+                ASSERT_EQ(back, c) << "pair " << p << " round " << i;
+            }
+            done.fetch_add(1);
+        }));
+    }
+    for (auto& f : fibers) f.join();
+    EXPECT_EQ(done.load(), pairs);
+}
+
+TEST(IoEngine, BusyWorkersYieldingAtEveryLookLoseNothing) { busy_pairs(std::chrono::microseconds(1)); }
+
+TEST(IoEngine, BusyWorkersThatNeverYieldLoseNothing) { busy_pairs(std::chrono::microseconds(0)); }
 
 // Ping-pong with a plain thread, `rounds` times, each reply after `pause`:
 // every byte comes back in order whatever the worker does while idle.

@@ -58,6 +58,18 @@ public:
         // for that CPU); all of it is still cheaper than a sleep and
         // wake-up.
         std::chrono::microseconds io_spin{100};
+        // How long a worker with I/O runs without a break before it offers
+        // its CPU to other threads that wait for it (sched_yield, which
+        // returns at once when none does). A busy worker rarely sleeps:
+        // its clients' next requests are always there. Where it shares
+        // CPUs with other threads -- two workers unpinned beside the
+        // program that talks to them -- the kernel would let it run until
+        // its time slice ends, milliseconds, while a thread its own
+        // clients need waits; that was most of spindle-kv's p99 beside
+        // memaslap (docs/io.md). Checked at a busy worker's periodic poll
+        // of its engine, so a run can exceed it by one poll interval.
+        // Zero: never; at most one minute.
+        std::chrono::microseconds io_slice{100};
     };
 
     scheduler() : scheduler(options{}) {}

@@ -304,6 +304,10 @@ struct alignas(arch::cache_line) worker {
     // (debug_layout.cpp).
     std::uint32_t* stall_seen = nullptr;
     std::chrono::steady_clock::time_point stall_since{};
+    // Owner: when its thread last got its CPU back (woke from its park, or
+    // yielded): the start of the unbroken run that options::io_slice caps
+    // (busy_look).
+    std::chrono::steady_clock::time_point run_since{};
 
     worker() = default;
     worker(const worker&) = delete;
