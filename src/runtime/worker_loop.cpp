@@ -154,6 +154,8 @@ void help_stalled_peer(worker* w, io_engine* e, std::chrono::steady_clock::time_
 
 void busy_look(worker* w, io_engine* e) noexcept {
     using clock = std::chrono::steady_clock;
+    const std::int64_t slice = w->sched->io_slice_ns;
+    if (slice == 0 && e->ops->help == nullptr) return;  // no use for the clock
     auto now = clock::now();
     // A run longer than io_slice gives the CPU to whoever waits for it.
     // Unpinned beside memaslap (2 workers, 64 connections, 90/10 64 B),
@@ -163,7 +165,6 @@ void busy_look(worker* w, io_engine* e) noexcept {
     // threads sleep in epoll_wait more often. With a 100 us slice it
     // was 0.25-0.4x memcached's (docs/benchmarks.md). The watch yields at
     // every look and restarts the run there (watch_engine).
-    const std::int64_t slice = w->sched->io_slice_ns;
     if (slice > 0 && now - w->run_since >= std::chrono::nanoseconds(slice)) {
         ::sched_yield();
         now = clock::now();
