@@ -163,8 +163,11 @@ void busy_look(worker* w, io_engine* e) noexcept {
     // milliseconds while the other pair waited in a run queue until a
     // scheduler tick: spindle-kv's p99 was 1.5-2x memcached's, whose
     // threads sleep in epoll_wait more often. With a 100 us slice it
-    // was 0.25-0.4x memcached's (docs/benchmarks.md). The watch yields at
-    // every look and restarts the run there (watch_engine).
+    // was 0.25-0.4x memcached's (docs/benchmarks.md). Off by default:
+    // beside threads that only compute, each yield hands them the CPU and
+    // the worker lost most of its share to them (docs/io.md).
+    // The watch yields at every look and restarts the run there
+    // (watch_engine).
     if (slice > 0 && now - w->run_since >= std::chrono::nanoseconds(slice)) {
         ::sched_yield();
         now = clock::now();

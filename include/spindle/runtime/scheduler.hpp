@@ -68,8 +68,13 @@ public:
         // clients need waits; that was most of spindle-kv's p99 beside
         // memaslap (docs/io.md). Checked at a busy worker's periodic poll
         // of its engine, so a run can exceed it by one poll interval.
+        // Off by default: beside threads that only compute, every yield
+        // hands them the CPU and the worker loses most of its share
+        // (spindle-kv pinned beside a busy build and test run: 0.35x the
+        // ops/s it made without). Set it (100 us measured well) where the
+        // other threads on the server's CPUs are its clients.
         // Zero: never; at most one minute.
-        std::chrono::microseconds io_slice{100};
+        std::chrono::microseconds io_slice{0};
     };
 
     scheduler() : scheduler(options{}) {}
