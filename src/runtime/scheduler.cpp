@@ -47,14 +47,15 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
         throw std::invalid_argument("spindle::scheduler: stack_size " + std::to_string(s->stack_size) +
                                     " is below the minimum of " + std::to_string(min_stack_size) +
                                     " bytes");
-    if (opts.io_spin.count() < 0 || opts.io_spin > std::chrono::minutes(1))
-        throw std::invalid_argument("spindle::scheduler: io_spin " + std::to_string(opts.io_spin.count()) +
-                                    " us is outside 0 us .. 1 min");
-    s->io_spin_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.io_spin).count();
-    if (opts.io_slice.count() < 0 || opts.io_slice > std::chrono::minutes(1))
-        throw std::invalid_argument("spindle::scheduler: io_slice " + std::to_string(opts.io_slice.count()) +
-                                    " us is outside 0 us .. 1 min");
-    s->io_slice_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(opts.io_slice).count();
+    // io_spin and io_slice: 0 us .. 1 min, kept in nanoseconds.
+    auto io_ns = [](const char* name, std::chrono::microseconds v) -> std::int64_t {
+        if (v.count() < 0 || v > std::chrono::minutes(1))
+            throw std::invalid_argument(std::string("spindle::scheduler: ") + name + " " + std::to_string(v.count()) +
+                                        " us is outside 0 us .. 1 min");
+        return std::chrono::duration_cast<std::chrono::nanoseconds>(v).count();
+    };
+    s->io_spin_ns = io_ns("io_spin", opts.io_spin);
+    s->io_slice_ns = io_ns("io_slice", opts.io_slice);
     detail::install_overflow_handler();
     for (unsigned i = 0; i < n; ++i) {
         auto w = std::make_unique<detail::worker>();

@@ -97,8 +97,10 @@ void park_worker(worker* w) noexcept {
         if (io_engine* e = w->io.load(std::memory_order_relaxed)) e->ops->block(e);
         else futex_wait(&w->epoch, key);
     }
-    // A new unbroken run begins (busy_look; workers with an engine only).
-    if (w->io.load(std::memory_order_relaxed) != nullptr) w->run_since = std::chrono::steady_clock::now();
+    // A new unbroken run begins (busy_look; only where a slice is set and
+    // the worker has an engine: no clock read per wake otherwise).
+    if (s->io_slice_ns > 0 && w->io.load(std::memory_order_relaxed) != nullptr)
+        w->run_since = std::chrono::steady_clock::now();
     // Claimed by a notifier (parked already false) or not: either way we
     // are awake and will look for work. Our mark moves: a peer that took
     // it while we slept would otherwise judge us stalled at its next look.
@@ -219,7 +221,7 @@ void run_worker_thread(worker* w) {
     w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
     using clock = std::chrono::steady_clock;
     clock::time_point idle_from{};  // start of an idle spell that may adapt the watch; {} if none
-    w->run_since = clock::now();
+    if (w->sched->io_slice_ns > 0) w->run_since = clock::now();
     for (;;) {
         run_post(w);
         fiber_ctx* f = find_work(w);
