@@ -60,6 +60,8 @@ inline void note_io_step(worker* w) noexcept {
 // after a long unbroken run (options::io_slice), and take the events of a
 // peer whose thread has stopped (help_stalled_peer).
 void busy_look(worker* w, io_engine* e) noexcept;
+// /proc/loadavg, which busy_look reads (worker_loop.cpp).
+int load_fd() noexcept;
 
 // Poll the engine (make the completed fibers ready; with may_enter, also
 // submit and collect what the kernel holds) and note how many fibers are

@@ -2,10 +2,16 @@
 // when they are empty, and parks on its futex when there is nothing to
 // steal either. Also a fiber's yield. The queues are in run_queues.hpp; the
 // data structures in include/spindle/runtime/detail/worker.hpp.
+#include <fcntl.h>
 #include <sched.h>
+#include <sys/prctl.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 
 #include <spindle/runtime/detail/debug_layout.hpp>
 
@@ -152,27 +158,70 @@ void help_stalled_peer(worker* w, io_engine* e, std::chrono::steady_clock::time_
     }
 }
 
+// How long a busy worker pauses at the end of an io_slice when some thread
+// waits for a CPU (busy_look). Unpinned beside memaslap, 10 us left most of
+// the p99 tail, 20 us and 50 us removed it alike (the wake-up itself takes
+// 10-30 us more on a virtual machine).
+constexpr std::chrono::nanoseconds io_slice_pause{20'000};
+
+// Whether more threads are runnable, machine-wide, than there are CPUs
+// online: some thread waits for a CPU right now. The fourth field of
+// /proc/loadavg is "runnable/total" at the moment of the read, not an
+// average; a pread costs 1.5-2 us, once per io_slice of a busy run. Where
+// /proc cannot be read, or reads as something else: false, and a run is
+// never broken (as with io_slice 0).
+bool cpus_wanted() noexcept {
+    static const int cpus = ::get_nprocs();
+    const int fd = load_fd();
+    if (fd < 0) return false;
+    char b[128];
+    const ssize_t k = ::pread(fd, b, sizeof b - 1, 0);
+    if (k <= 0) return false;
+    b[k] = '\0';
+    const char* p = b;
+    for (int spaces = 0; spaces < 3 && *p != '\0'; ++p) spaces += *p == ' ' ? 1 : 0;
+    char* end = nullptr;
+    const long running = std::strtol(p, &end, 10);
+    return end != p && *end == '/' && running > cpus;
+}
+
 }  // namespace
+
+int load_fd() noexcept {
+    // Opened once, for the process's life, by the first scheduler with an
+    // io_slice (its constructor), so that a count of open descriptors
+    // taken while it runs does not see it appear; -1 if it cannot be.
+    static const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
+    return fd;
+}
 
 void busy_look(worker* w, io_engine* e) noexcept {
     using clock = std::chrono::steady_clock;
     const std::int64_t slice = w->sched->io_slice_ns;
     if (slice == 0 && e->ops->help == nullptr) return;  // no use for the clock
     auto now = clock::now();
-    // A run longer than io_slice gives the CPU to whoever waits for it.
-    // Unpinned beside memaslap (2 workers, 64 connections, 90/10 64 B),
-    // a worker and a memaslap thread fed each other on both CPUs for
-    // milliseconds while the other pair waited in a run queue until a
-    // scheduler tick: spindle-kv's p99 was 1.5-2x memcached's, whose
-    // threads sleep in epoll_wait more often. With a 100 us slice it
-    // was 0.25-0.4x memcached's (docs/benchmarks.md). Off by default:
-    // beside threads that only compute, each yield hands them the CPU and
-    // the worker lost most of its share to them (docs/io.md).
+    // A run longer than io_slice, while some thread waits for a CPU,
+    // pauses for io_slice_pause: the waiting thread runs. Unpinned beside
+    // memaslap (2 workers, 64 connections, 90/10 64 B), a worker and a
+    // memaslap thread fed each other on both CPUs for milliseconds while
+    // the other pair waited in a run queue until a scheduler tick:
+    // spindle-kv's p99 was 1.5-2x memcached's, whose threads sleep in
+    // epoll_wait more often; with a pause every 400 us it is about 0.45x
+    // memcached's at 0.97x the ops/s it made without (docs/io.md).
+    // A sleep, not sched_yield: the kernel's fair queue (EEVDF) keeps a
+    // sleeper's lag for when it wakes, but moves a yielder's deadline a
+    // whole time slice on, so beside threads that only compute a worker
+    // that yielded every 100 us kept 0.35-0.45x of the ops/s it made
+    // without (half its CPU time); pausing every 400 us, 0.8-0.9x.
+    // Nobody waiting (the machine not oversubscribed): no pause.
     // The watch yields at every look and restarts the run there
     // (watch_engine).
     if (slice > 0 && now - w->run_since >= std::chrono::nanoseconds(slice)) {
-        ::sched_yield();
-        now = clock::now();
+        if (cpus_wanted()) {
+            timespec pause{0, io_slice_pause.count()};
+            ::clock_nanosleep(CLOCK_MONOTONIC, 0, &pause, nullptr);  // EINTR: a shorter pause
+            now = clock::now();
+        }
         w->run_since = now;
     }
     if (e->ops->help != nullptr) help_stalled_peer(w, e, now);
@@ -221,7 +270,12 @@ void run_worker_thread(worker* w) {
     w->rng = 0x9E3779B97F4A7C15ULL * (w->index + 1);
     using clock = std::chrono::steady_clock;
     clock::time_point idle_from{};  // start of an idle spell that may adapt the watch; {} if none
-    if (w->sched->io_slice_ns > 0) w->run_since = clock::now();
+    if (w->sched->io_slice_ns > 0) {
+        w->run_since = clock::now();
+        // The io_slice pause is 20 us; the default slack (50 us) would
+        // make it 20-70. Also sharpens the worker's other timed sleeps.
+        ::prctl(PR_SET_TIMERSLACK, 1000UL, 0UL, 0UL, 0UL);
+    }
     for (;;) {
         run_post(w);
         fiber_ctx* f = find_work(w);

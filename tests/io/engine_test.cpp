@@ -4,6 +4,7 @@
 // worker that watches its ring before it sleeps (scheduler::options::io_spin).
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/sysinfo.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -270,9 +271,30 @@ TEST(IoEngine, SliceOptionOutOfRangeIsRefused) {
 
 // Workers that never run out of fibers (pairs echoing bytes over socket
 // pairs, more pairs than workers) reach the busy worker's periodic look
-// at their engines, where a run longer than io_slice yields the CPU: with
-// 1 us, at every look. Every byte comes back in order either way.
-void busy_pairs(std::chrono::microseconds io_slice) {
+// at their engines, where a run longer than io_slice pauses if some thread
+// waits for a CPU: with 1 us, at every look. `spinners` threads that only
+// compute, one more than there are CPUs, make sure some thread always
+// waits. Every byte comes back in order either way.
+void busy_pairs(std::chrono::microseconds io_slice, bool spinners = false) {
+    std::atomic<bool> stop{false};
+    std::vector<std::thread> spin;
+    if (spinners) {
+        const int n = ::get_nprocs() + 1;
+        for (int i = 0; i < n; ++i)
+            spin.emplace_back([&stop] {
+                // relaxed: a flag that orders nothing; set once at the end.
+                while (!stop.load(std::memory_order_relaxed)) {
+                }
+            });
+    }
+    struct join_spinners {
+        std::atomic<bool>& stop;
+        std::vector<std::thread>& spin;
+        ~join_spinners() {
+            stop.store(true, std::memory_order_relaxed);
+            for (auto& t : spin) t.join();
+        }
+    } joiner{stop, spin};
     spindle::scheduler s({.workers = 2, .io_slice = io_slice});
     constexpr int pairs = 16, rounds = 2000;
     std::vector<std::unique_ptr<io::stream>> ends;
@@ -308,7 +330,11 @@ void busy_pairs(std::chrono::microseconds io_slice) {
     EXPECT_EQ(done.load(), pairs);
 }
 
-TEST(IoEngine, BusyWorkersYieldingAtEveryLookLoseNothing) { busy_pairs(std::chrono::microseconds(1)); }
+TEST(IoEngine, BusyWorkersCheckingAtEveryLookLoseNothing) { busy_pairs(std::chrono::microseconds(1)); }
+
+TEST(IoEngine, BusyWorkersPausingAtEveryLookBesideSpinnersLoseNothing) {
+    busy_pairs(std::chrono::microseconds(1), true);
+}
 
 TEST(IoEngine, BusyWorkersThatNeverYieldLoseNothing) { busy_pairs(std::chrono::microseconds(0)); }
 

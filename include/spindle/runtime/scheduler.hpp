@@ -58,23 +58,26 @@ public:
         // for that CPU); all of it is still cheaper than a sleep and
         // wake-up.
         std::chrono::microseconds io_spin{100};
-        // How long a worker with I/O runs without a break before it offers
-        // its CPU to other threads that wait for it (sched_yield, which
-        // returns at once when none does). A busy worker rarely sleeps:
-        // its clients' next requests are always there. Where it shares
-        // CPUs with other threads -- two workers unpinned beside the
-        // program that talks to them -- the kernel would let it run until
-        // its time slice ends, milliseconds, while a thread its own
-        // clients need waits; that was most of spindle-kv's p99 beside
-        // memaslap (docs/io.md). Checked at a busy worker's periodic poll
-        // of its engine, so a run can exceed it by one poll interval.
-        // Off by default: beside threads that only compute, every yield
-        // hands them the CPU and the worker loses most of its share
-        // (spindle-kv pinned beside a busy build and test run: 0.35x the
-        // ops/s it made without). Set it (100 us measured well) where the
-        // other threads on the server's CPUs are its clients.
-        // Zero: never; at most one minute.
-        std::chrono::microseconds io_slice{0};
+        // How long a worker with I/O runs without a break before it
+        // pauses, briefly, if some thread waits for a CPU. A busy worker
+        // rarely sleeps: its clients' next requests are always there.
+        // Where it shares CPUs with other threads -- two workers unpinned
+        // beside the program that talks to them -- the kernel would let it
+        // run until its time slice ends, milliseconds, while a thread its
+        // own clients need waits; that was most of spindle-kv's p99 beside
+        // memaslap. At the end of such a run the worker reads how many
+        // threads are runnable machine-wide (1.5-2 us); more than the CPUs
+        // online, it sleeps 20 us. A sleep keeps its place in the kernel's
+        // fair queue, where sched_yield would give up a whole time slice.
+        // Nobody waiting (the machine not oversubscribed, as on a server
+        // pinned to its own CPUs): no pause. Beside threads that only
+        // compute each pause lets one run its slice out; spindle-kv made
+        // 0.8-0.9x the ops/s it made with no pauses there, about what
+        // memcached makes (docs/io.md has the measurements). Checked at a
+        // busy worker's periodic poll of its engine, so a run can exceed
+        // it by one poll interval. Zero: never pause; at most one minute.
+        // Non-zero also sets the worker threads' timer slack to 1 us.
+        std::chrono::microseconds io_slice{400};
     };
 
     scheduler() : scheduler(options{}) {}
