@@ -56,9 +56,10 @@ inline void note_io_step(worker* w) noexcept {
     w->io_steps.store(w->io_steps.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
 }
 
-// At each poll that may enter the kernel (worker_loop.cpp): offer the CPU
-// after a long unbroken run (options::io_slice), and take the events of a
-// peer whose thread has stopped (help_stalled_peer).
+// At each poll that may enter the kernel (worker_loop.cpp): pause after a
+// long unbroken run while a thread waits for a CPU (options::io_slice),
+// and take the events of a peer whose thread has stopped
+// (help_stalled_peer).
 void busy_look(worker* w, io_engine* e) noexcept;
 // /proc/loadavg, which busy_look reads (worker_loop.cpp).
 int load_fd() noexcept;

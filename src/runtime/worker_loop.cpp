@@ -206,8 +206,8 @@ void busy_look(worker* w, io_engine* e) noexcept {
     // memaslap thread fed each other on both CPUs for milliseconds while
     // the other pair waited in a run queue until a scheduler tick:
     // spindle-kv's p99 was 1.5-2x memcached's, whose threads sleep in
-    // epoll_wait more often; with a pause every 400 us it is about 0.45x
-    // memcached's at 0.97x the ops/s it made without (docs/io.md).
+    // epoll_wait more often; with a pause every 400 us it is about 0.5x
+    // memcached's at 0.93-0.97x the ops/s it made without (docs/io.md).
     // A sleep, not sched_yield: the kernel's fair queue (EEVDF) keeps a
     // sleeper's lag for when it wakes, but moves a yielder's deadline a
     // whole time slice on, so beside threads that only compute a worker

@@ -304,9 +304,9 @@ struct alignas(arch::cache_line) worker {
     // (debug_layout.cpp).
     std::uint32_t* stall_seen = nullptr;
     std::chrono::steady_clock::time_point stall_since{};
-    // Owner: when its thread last got its CPU back (woke from its park, or
-    // yielded): the start of the unbroken run that options::io_slice caps
-    // (busy_look).
+    // Owner: when the unbroken run that options::io_slice measures began:
+    // its thread woke from its park, yielded in a watch, or reached the end
+    // of the last slice (checked, and paused if a thread waited; busy_look).
     std::chrono::steady_clock::time_point run_since{};
 
     worker() = default;
