@@ -61,8 +61,13 @@ inline void note_io_step(worker* w) noexcept {
 // and take the events of a peer whose thread has stopped
 // (help_stalled_peer).
 void busy_look(worker* w, io_engine* e) noexcept;
-// /proc/loadavg, which busy_look reads (worker_loop.cpp).
-int load_fd() noexcept;
+// /proc/loadavg, which busy_look reads, and the CPUs online it compares
+// the runnable count with (worker_loop.cpp).
+struct load_source {
+    int fd;    // -1 where /proc/loadavg cannot be opened
+    int cpus;  // get_nprocs()
+};
+const load_source& loadavg() noexcept;
 
 // Poll the engine (make the completed fibers ready; with may_enter, also
 // submit and collect what the kernel holds) and note how many fibers are

@@ -56,7 +56,7 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
     };
     s->io_spin_ns = io_ns("io_spin", opts.io_spin);
     s->io_slice_ns = io_ns("io_slice", opts.io_slice);
-    if (s->io_slice_ns > 0) (void)detail::load_fd();
+    if (s->io_slice_ns > 0) (void)detail::loadavg();
     detail::install_overflow_handler();
     for (unsigned i = 0; i < n; ++i) {
         auto w = std::make_unique<detail::worker>();

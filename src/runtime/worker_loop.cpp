@@ -171,28 +171,28 @@ constexpr std::chrono::nanoseconds io_slice_pause{20'000};
 // /proc cannot be read, or reads as something else: false, and a run is
 // never broken (as with io_slice 0).
 bool cpus_wanted() noexcept {
-    static const int cpus = ::get_nprocs();
-    const int fd = load_fd();
-    if (fd < 0) return false;
+    const load_source& src = loadavg();
+    if (src.fd < 0) return false;
     char b[128];
-    const ssize_t k = ::pread(fd, b, sizeof b - 1, 0);
+    const ssize_t k = ::pread(src.fd, b, sizeof b - 1, 0);
     if (k <= 0) return false;
     b[k] = '\0';
     const char* p = b;
     for (int spaces = 0; spaces < 3 && *p != '\0'; ++p) spaces += *p == ' ' ? 1 : 0;
     char* end = nullptr;
     const long running = std::strtol(p, &end, 10);
-    return end != p && *end == '/' && running > cpus;
+    return end != p && *end == '/' && running > src.cpus;
 }
 
 }  // namespace
 
-int load_fd() noexcept {
+const load_source& loadavg() noexcept {
     // Opened once, for the process's life, by the first scheduler with an
     // io_slice (its constructor), so that a count of open descriptors
-    // taken while it runs does not see it appear; -1 if it cannot be.
-    static const int fd = ::open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-    return fd;
+    // taken while it runs does not see it appear; fd -1 if it cannot be.
+    // The CPUs online are counted at the same moment.
+    static const load_source src{::open("/proc/loadavg", O_RDONLY | O_CLOEXEC), ::get_nprocs()};
+    return src;
 }
 
 void busy_look(worker* w, io_engine* e) noexcept {

@@ -336,7 +336,7 @@ TEST(IoEngine, BusyWorkersPausingAtEveryLookBesideSpinnersLoseNothing) {
     busy_pairs(std::chrono::microseconds(1), true);
 }
 
-TEST(IoEngine, BusyWorkersThatNeverYieldLoseNothing) { busy_pairs(std::chrono::microseconds(0)); }
+TEST(IoEngine, BusyWorkersThatNeverPauseLoseNothing) { busy_pairs(std::chrono::microseconds(0)); }
 
 // Ping-pong with a plain thread, `rounds` times, each reply after `pause`:
 // every byte comes back in order whatever the worker does while idle.
