@@ -37,6 +37,7 @@
 #include <spindle/runtime/fiber.hpp>
 
 #include "io_internal.hpp"
+#include "timer_heap.hpp"
 
 namespace spindle::io::detail {
 
@@ -75,104 +76,14 @@ struct uring_engine : spindle::detail::io_engine {
     // and then sees every marked operation.
     std::atomic<std::uint32_t> cancel_requests{0};
     // Sleeping fibers (this_fiber::sleep_until) and the deadlines of timed
-    // waits (local_timer, timer.hpp), a binary min-heap by deadline (owner
-    // only). The worker fires every expired one at once when it looks at
-    // the engine, and block() sleeps no longer than the earliest: one
-    // wake-up for a burst of equal deadlines, where one kernel timeout per
-    // sleep cost 12x more CPU (see op_sleep).
-    std::vector<spindle::detail::heap_timer*> timers;
-    // A timed wait that ends before its deadline (the usual case) leaves a
-    // cancelled local_timer in the heap until its deadline; at this size
-    // add_timer first sweeps them out, so they stay at most about as many
-    // as the live entries.
-    std::size_t sweep_at = 64;
+    // waits (owner only; timer_heap.hpp). block() sleeps no longer than the
+    // earliest: one wake-up for a burst of equal deadlines, where one
+    // kernel timeout per sleep cost 12x more CPU (see op_sleep).
+    timer_heap timers;
     // reap()'s waiters to unpark, in completion order (owner only;
     // capacity cq_entries, reserved at creation: reap never allocates).
     std::vector<waiter*> reaped;
 };
-
-struct sleeper : spindle::detail::heap_timer {
-    waiter wt;
-    // Set by a stop callback on any thread (release, before it counts a
-    // cancel request); read by the owner (acquire) in process_cancels.
-    std::atomic<bool> stop{false};
-};
-
-// ---- the timer heap (owner only) --------------------------------------------
-
-using spindle::detail::heap_timer;
-using spindle::detail::local_timer;
-
-void heap_set(uring_engine* e, std::size_t i, heap_timer* s) noexcept {
-    e->timers[i] = s;
-    s->idx = i;
-}
-
-void heap_up(uring_engine* e, std::size_t i) noexcept {
-    heap_timer* s = e->timers[i];
-    while (i > 0) {
-        std::size_t parent = (i - 1) / 2;
-        if (e->timers[parent]->t <= s->t) break;
-        heap_set(e, i, e->timers[parent]);
-        i = parent;
-    }
-    heap_set(e, i, s);
-}
-
-void heap_down(uring_engine* e, std::size_t i) noexcept {
-    std::size_t n = e->timers.size();
-    heap_timer* s = e->timers[i];
-    for (;;) {
-        std::size_t c = 2 * i + 1;
-        if (c >= n) break;
-        if (c + 1 < n && e->timers[c + 1]->t < e->timers[c]->t) ++c;
-        if (s->t <= e->timers[c]->t) break;
-        heap_set(e, i, e->timers[c]);
-        i = c;
-    }
-    heap_set(e, i, s);
-}
-
-void heap_push(uring_engine* e, heap_timer* s) noexcept {
-    e->timers.push_back(s);
-    heap_up(e, e->timers.size() - 1);
-}
-
-void heap_remove(uring_engine* e, heap_timer* s) noexcept {
-    std::size_t i = s->idx;
-    heap_timer* last = e->timers.back();
-    e->timers.pop_back();
-    if (last == s) return;
-    heap_set(e, i, last);
-    heap_up(e, i);
-    heap_down(e, last->idx);
-}
-
-// Wake every sleeper whose time has come, fire every such timed wait's
-// deadline.
-void fire_timers(uring_engine* e) noexcept {
-    if (e->timers.empty()) return;
-    time_point now = steady::now();
-    while (!e->timers.empty() && e->timers.front()->t <= now) {
-        heap_timer* h = e->timers.front();
-        heap_remove(e, h);
-        if (h->is_local_timer)
-            spindle::detail::local_timer_fire(static_cast<local_timer*>(h));  // (or frees a cancelled one)
-        else
-            spindle::detail::unpark(&static_cast<sleeper*>(h)->wt);  // it may be gone from here on
-    }
-}
-
-// Drops the cancelled timed-wait deadlines (owner only).
-void sweep_timers(uring_engine* e) noexcept {
-    std::size_t kept = 0;
-    for (heap_timer* h : e->timers)
-        if (!h->is_local_timer || !spindle::detail::local_timer_reclaim(static_cast<local_timer*>(h)))
-            e->timers[kept++] = h;
-    e->timers.resize(kept);
-    for (std::size_t i = 0; i < kept; ++i) e->timers[i]->idx = i;
-    for (std::size_t i = kept / 2; i-- > 0;) heap_down(e, i);
-}
 
 // Makes room for n SQEs (submitting what is queued if need be).
 void reserve(uring_engine* e, unsigned n) noexcept;
@@ -267,19 +178,7 @@ void process_cancels(uring_engine* e) noexcept {
         o->cancel_sent = true;
         o = o->next;
     }
-    for (std::size_t i = 0; i < e->timers.size();) {
-        if (e->timers[i]->is_local_timer) {  // (no stop token of its own: the wait's guard has it)
-            ++i;
-            continue;
-        }
-        auto* s = static_cast<sleeper*>(e->timers[i]);
-        if (!s->stop.load(std::memory_order_acquire)) {
-            ++i;
-            continue;
-        }
-        heap_remove(e, s);  // (what moved into slot i is looked at next)
-        spindle::detail::unpark(&s->wt);
-    }
+    e->timers.wake_stopped();
 }
 
 uring_engine* as_uring(spindle::detail::io_engine* e) noexcept { return static_cast<uring_engine*>(e); }
@@ -297,7 +196,7 @@ void op_block(spindle::detail::io_engine* base) noexcept {
     if (e->timers.empty()) {
         r = io_uring_submit_and_wait(&e->ring, 1);
     } else {
-        auto left = e->timers.front()->t - steady::now();
+        auto left = e->timers.earliest() - steady::now();
         if (left <= steady::duration::zero()) return;  // the loop fires it
         auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
         __kernel_timespec ts{ns / 1000000000, ns % 1000000000};
@@ -314,7 +213,7 @@ void op_poll(spindle::detail::io_engine* base, bool may_enter) noexcept {
                       (IO_URING_READ_ONCE(*e->ring.sq.kflags) & IORING_SQ_TASKRUN) != 0))
         io_uring_submit_and_get_events(&e->ring);
     if (io_uring_cq_ready(&e->ring) != 0) reap(e);
-    fire_timers(e);
+    e->timers.fire();
 }
 
 bool op_busy(spindle::detail::io_engine* base) noexcept {
@@ -326,7 +225,7 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
     uring_engine* e = as_uring(base);
     // No fiber is left, so neither is a timed wait: what remains of theirs
     // was cancelled.
-    sweep_timers(e);
+    e->timers.sweep();
     io_uring_queue_exit(&e->ring);
     ::close(e->wake_fd);
     delete e;
@@ -334,19 +233,14 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
 
 bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept;
 
-void op_add_timer(spindle::detail::io_engine* base, local_timer* lt) noexcept {
-    uring_engine* e = as_uring(base);
-    if (e->timers.size() >= e->sweep_at) {
-        sweep_timers(e);
-        e->sweep_at = std::max<std::size_t>(64, 2 * e->timers.size());
-    }
-    heap_push(e, lt);
+void op_add_timer(spindle::detail::io_engine* base, spindle::detail::local_timer* lt) noexcept {
+    as_uring(base)->timers.add(lt);
 }
 
 bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
     uring_engine* e = as_uring(base);
     if (e->in_flight == 0) return false;
-    if (!e->timers.empty() && e->timers.front()->t < horizon) return false;
+    if (!e->timers.empty() && e->timers.earliest() < horizon) return false;
     // A timed wait on a primitive sleeps on the timer service instead.
     if (spindle::detail::timer_earliest() < horizon) return false;
     process_cancels(e);
@@ -480,25 +374,9 @@ int submit_and_park(op_spec& op, void (*prep)(io_uring_sqe*, op_spec&), time_poi
 // timer thread one wake-up per burst but a cross-thread unpark per fiber;
 // the heap one wake-up per burst and local unparks.
 bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
-    std::stop_token stop = this_fiber::get_stop_token();
-    if (stop.stop_requested()) return false;
     worker* w = fiber_worker();
     uring_engine* e = engine_of(w);
-    sleeper s;
-    s.wt.fiber = w->current;
-    s.t = t;
-    heap_push(e, &s);
-    w->yield_check = 1;  // yields look at the engine meanwhile (yield_slow)
-    auto request = [&s, e]() noexcept {
-        s.stop.store(true, std::memory_order_release);  // before the count: see cancel_requests
-        e->cancel_requests.fetch_add(1, std::memory_order_release);
-        op_wake(e);
-    };
-    {
-        std::stop_callback<decltype(request)> cb(stop, request);
-        spindle::detail::park_now(&s.wt);
-    }  // (waits for a callback running on another thread)
-    return !stop.stop_requested();
+    return sleep_on(e->timers, w, t, e->cancel_requests, &op_wake, e);
 }
 
 }  // namespace
