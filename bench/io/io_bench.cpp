@@ -95,8 +95,9 @@
 //   sleep              this_fiber::sleep_for(50 us) by F fibers on 1 worker,
 //                      F in {10, 1000}, in this process: timer_thread (a
 //                      worker that never did I/O: the runtime's timer
-//                      thread) against worker_heap (a worker with an
-//                      io_uring: its own timer heap); metric: the process's
+//                      thread) against worker_heap (a worker with an I/O
+//                      engine, io_uring or epoll as SPINDLE_IO chooses: its
+//                      own timer heap); metric: the process's
 //                      CPU time per sleep (cpu_us_per_sleep, getrusage)
 //   timed_wait         the deadlines of the sync primitives' timed waits,
 //                      counting_semaphore::try_acquire_for on 1 worker, in
@@ -709,19 +710,24 @@ void bench_file(harness& h, const run_options& o) {
 
 // Gives the (one) worker of `sched` its io_uring: a wait on a descriptor
 // that is always writable.
-void give_ring(spindle::scheduler& sched) {
+// Gives the one worker of `sched` its I/O engine: a read that waits (until
+// a 1 ms deadline) makes it on either backend.
+void give_engine(spindle::scheduler& sched) {
     int p[2];
-    if (::pipe(p) != 0) fail("give_ring: pipe: %s", std::strerror(errno));
-    sched.spawn([&] { (void)spindle::io::wait_writable(p[1]); }).join();  // makes the worker's ring
-    ::close(p[0]);
-    ::close(p[1]);
+    if (::socketpair(AF_UNIX, SOCK_STREAM, 0, p) != 0) fail("give_engine: socketpair: %s", std::strerror(errno));
+    spindle::io::stream a(p[0]), b(p[1]);
+    sched.spawn([&] {
+        char c = 0;
+        (void)b.read_some(&c, 1, spindle::io::timeout(std::chrono::milliseconds(1)));
+    }).join();
 }
 
 // CPU per this_fiber::sleep_for by `fibers` fibers on one worker, each
-// sleeping `rounds` times; with `ring`, the worker first gets its io_uring.
+// sleeping `rounds` times; with `ring`, the worker first gets its I/O
+// engine (and keeps the sleepers itself).
 double sleeps(int fibers, int rounds, bool ring) {
     spindle::scheduler sched({.workers = 1});
-    if (ring) give_ring(sched);
+    if (ring) give_engine(sched);
     double c0 = process_cpu_s();
     std::vector<spindle::fiber> fs;
     for (int i = 0; i < fibers; ++i)
@@ -734,10 +740,10 @@ double sleeps(int fibers, int rounds, bool ring) {
 
 // CPU per try_acquire_for call by `fibers` fibers on one worker, `rounds`
 // calls each (see timed_wait above); with `ring`, the worker first gets its
-// io_uring and keeps the deadlines itself.
+// I/O engine and keeps the deadlines itself.
 double timed_waits(int fibers, int rounds, bool ring, bool expire) {
     spindle::scheduler sched({.workers = 1});
-    if (ring) give_ring(sched);
+    if (ring) give_engine(sched);
     std::vector<std::unique_ptr<spindle::counting_semaphore<>>> sems;
     for (int i = 0; i < fibers; ++i) sems.push_back(std::make_unique<spindle::counting_semaphore<>>(0));
     double c0 = process_cpu_s();
@@ -771,11 +777,6 @@ void bench_timed_wait(harness& h) {
     };
     for (point p : {point{2, 20000, false}, point{200, 200, false}, point{10, 200, true}, point{1000, 5, true}}) {
         const params ps{{"expired", p.expire ? 1 : 0}, {"fibers", p.fibers}, {"workers", 1}};
-        if (spindle::io::current_backend() != spindle::io::backend::io_uring) {
-            h.report_status("timed_wait", ps, {"cpu_us_per_wait", false}, "*", "skipped",
-                            "the worker's timer heap needs the io_uring backend (SPINDLE_IO)", "");
-            continue;
-        }
         std::vector<variant> vs;
         vs.emplace_back("worker_heap", [=] { return timed_waits(p.fibers, p.rounds, true, p.expire); }, true);
         vs.emplace_back("timer_thread", [=] { return timed_waits(p.fibers, p.rounds, false, p.expire); });
@@ -787,11 +788,6 @@ void bench_sleep(harness& h) {
     for (int fibers : {1000, 10}) {
         const int rounds = fibers >= 1000 ? 20 : 1000;
         const params ps{{"fibers", fibers}, {"workers", 1}};
-        if (spindle::io::current_backend() != spindle::io::backend::io_uring) {
-            h.report_status("sleep", ps, {"cpu_us_per_sleep", false}, "*", "skipped",
-                            "the worker's timer heap needs the io_uring backend (SPINDLE_IO)", "");
-            continue;
-        }
         std::vector<variant> vs;
         vs.emplace_back("worker_heap", [=] { return sleeps(fibers, rounds, true); }, true);
         vs.emplace_back("timer_thread", [=] { return sleeps(fibers, rounds, false); });

@@ -12,10 +12,10 @@
 // An edge (event) moves 0 -> 1, or takes the waiter out (waiter -> 0) and
 // unparks it. A fiber whose system call said EAGAIN takes a pending 1
 // (1 -> 0: try again at once) or puts itself in (0 -> waiter) and parks.
-// A deadline (the runtime's timer) or a stop request takes the waiter out
-// the same way (waiter -> 0): whoever takes it out unparks it, exactly
-// once. Everything is a CAS on the word, so an edge that comes between
-// the EAGAIN and the registration is never lost.
+// A deadline (on the worker's timer heap) or a stop request takes the
+// waiter out the same way (waiter -> 0): whoever takes it out unparks it,
+// exactly once. Everything is a CAS on the word, so an edge that comes
+// between the EAGAIN and the registration is never lost.
 //
 // Descriptors that are not spindle's (wait_readable/wait_writable) may be
 // closed and their numbers reused behind our back, so each of their waits
@@ -25,6 +25,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
@@ -37,6 +38,7 @@
 #include <spindle/runtime/fiber.hpp>
 
 #include "io_internal.hpp"
+#include "timer_heap.hpp"
 
 namespace spindle::io::detail {
 
@@ -105,6 +107,14 @@ struct epoll_engine : spindle::detail::io_engine {
     // has not yet delivered (it takes them from the end).
     int n = 0;
     int next = 0;
+    // Sleeping fibers and the deadlines of timed waits, the epoll waits'
+    // own included (owner only; timer_heap.hpp): block() waits no longer
+    // than the earliest.
+    timer_heap timers;
+    // Stop requests on sleepers not yet looked at: any thread increments
+    // (release, after marking its sleeper); the owner exchanges it to 0
+    // (acquire) and then sees every marked sleeper (look_at_timers).
+    std::atomic<std::uint32_t> stop_requests{0};
 };
 
 epoll_engine* as_epoll(spindle::detail::io_engine* e) noexcept { return static_cast<epoll_engine*>(e); }
@@ -143,11 +153,40 @@ void deliver(epoll_engine* e) noexcept {
     }
 }
 
-void wait_events(epoll_engine* e, int timeout_ms) noexcept {
+// Waits for events until `timeout` (null: no limit). epoll_pwait2 (Linux
+// 5.11) takes nanoseconds; where it is missing, epoll_wait's milliseconds,
+// rounded up so that a timer is never looked at before it is due.
+void wait_events(epoll_engine* e, const timespec* timeout) noexcept {
     deliver(e);  // (nothing left, normally)
-    int r = ::epoll_wait(e->epfd, e->events, 256, timeout_ms);
+    // relaxed: a hint shared by the workers, orders nothing; a worker that
+    // has not seen it yet makes one more failing call. EPERM: a seccomp
+    // filter that does not know the call.
+    static std::atomic<bool> no_pwait2{false};
+    int r = -1;
+    if (!no_pwait2.load(std::memory_order_relaxed)) {
+        r = ::epoll_pwait2(e->epfd, e->events, 256, timeout, nullptr);
+        if (r < 0 && (errno == ENOSYS || errno == EPERM)) no_pwait2.store(true, std::memory_order_relaxed);
+    }
+    if (no_pwait2.load(std::memory_order_relaxed)) {
+        int ms = -1;
+        if (timeout != nullptr)
+            ms = static_cast<int>(std::min<long long>(timeout->tv_sec * 1000LL + (timeout->tv_nsec + 999999) / 1000000,
+                                                      24LL * 3600 * 1000));
+        r = ::epoll_wait(e->epfd, e->events, 256, ms);
+    }
     e->n = r > 0 ? r : 0;
     e->next = 0;
+}
+
+// Wakes the sleepers a stop request marked, then fires what is due.
+void look_at_timers(epoll_engine* e) noexcept {
+    // relaxed look first; the acquire exchange pairs with the requests'
+    // release increments, so every sleeper marked before them is seen.
+    if (e->stop_requests.load(std::memory_order_relaxed) != 0) {
+        e->stop_requests.exchange(0, std::memory_order_acquire);
+        e->timers.wake_stopped();
+    }
+    e->timers.fire();
 }
 
 void op_wake(spindle::detail::io_engine* e) noexcept {
@@ -159,16 +198,32 @@ void op_wake(spindle::detail::io_engine* e) noexcept {
 void op_block(spindle::detail::io_engine* base) noexcept {
     epoll_engine* e = as_epoll(base);
     if (e->next < e->n) return;  // events to deliver first
-    wait_events(e, -1);
+    if (e->stop_requests.load(std::memory_order_relaxed) != 0) return;  // the loop's poll takes them
+    if (e->timers.empty()) {
+        wait_events(e, nullptr);
+        return;
+    }
+    auto left = e->timers.earliest() - steady::now();
+    if (left <= steady::duration::zero()) return;  // the loop fires it
+    auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+    timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+    wait_events(e, &ts);
 }
 
 void op_poll(spindle::detail::io_engine* base, bool may_enter) noexcept {
     epoll_engine* e = as_epoll(base);
-    if (e->next == e->n && may_enter && e->waiting.load(std::memory_order_relaxed) != 0) wait_events(e, 0);
+    if (e->next == e->n && may_enter && e->waiting.load(std::memory_order_relaxed) != 0) {
+        constexpr timespec zero{0, 0};
+        wait_events(e, &zero);
+    }
     deliver(e);
+    look_at_timers(e);
 }
 
-bool op_busy(spindle::detail::io_engine* base) noexcept { return as_epoll(base)->waiting.load(std::memory_order_relaxed) != 0; }
+bool op_busy(spindle::detail::io_engine* base) noexcept {
+    epoll_engine* e = as_epoll(base);
+    return e->waiting.load(std::memory_order_relaxed) != 0 || !e->timers.empty();  // fibers, or timers to fire
+}
 
 void op_destroy(spindle::detail::io_engine* base) noexcept {
     epoll_engine* e = as_epoll(base);
@@ -182,18 +237,38 @@ void op_destroy(spindle::detail::io_engine* base) noexcept {
             chunk[i].reg.compare_exchange_strong(expect, nullptr, std::memory_order_acq_rel);
         }
     }
+    // No fiber is left, so neither is a timed wait: what remains of theirs
+    // was cancelled.
+    e->timers.sweep();
     ::close(e->epfd);
     ::close(e->wake_fd);
     delete e;
 }
 
+void op_add_timer(spindle::detail::io_engine* base, spindle::detail::local_timer* lt) noexcept {
+    as_epoll(base)->timers.add(lt);
+}
+
+epoll_engine* engine_of(worker* w) noexcept;
+
+// this_fiber::sleep_until on the worker's own heap, as on io_uring
+// (uring.cpp, op_sleep, has the figures against the timer thread).
+bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
+    worker* w = fiber_worker();
+    epoll_engine* e = engine_of(w);
+    return sleep_on(e->timers, w, t, e->stop_requests, &op_wake, e);
+}
+
 // The watch before a sleep (worker_loop.cpp, options::io_spin): only
 // while fibers wait on descriptors here, and not while a timer is due
-// within the watch (fibers sleep on the timer service on this backend; its
-// wake-up would end the watch, which would only have burnt the time until
-// then). There is nothing queued to submit.
+// within the watch, ours or the timer service's (its wake-up would end the
+// watch, which would only have burnt the time until then). There is
+// nothing queued to submit.
 bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
-    return as_epoll(base)->waiting.load(std::memory_order_relaxed) != 0 && spindle::detail::timer_earliest() >= horizon;
+    epoll_engine* e = as_epoll(base);
+    if (e->waiting.load(std::memory_order_relaxed) == 0) return false;
+    if (!e->timers.empty() && e->timers.earliest() < horizon) return false;
+    return spindle::detail::timer_earliest() >= horizon;
 }
 
 // epoll has no memory to read that says an event came: every look during
@@ -227,8 +302,8 @@ bool op_help(spindle::detail::io_engine* peer) noexcept {
 }
 
 const spindle::detail::io_engine_ops epoll_ops = {&op_wake,    &op_block, &op_poll,  &op_busy,
-                                                  &op_destroy, nullptr,   &op_flush, &op_poll_wanted,
-                                                  &op_help,    nullptr};
+                                                  &op_destroy, &op_sleep, &op_flush, &op_poll_wanted,
+                                                  &op_help,    &op_add_timer};
 
 epoll_engine* engine_of(worker* w) noexcept {
     auto* cur = w->io.load(std::memory_order_relaxed);  // relaxed: only the owner stores it
@@ -323,13 +398,21 @@ int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::st
     epoll_engine* reg = d->reg.load(std::memory_order_acquire);
     if (reg != nullptr) reg->waiting.fetch_add(1, std::memory_order_relaxed);
     w->yield_check = 1;  // yields look at the engine meanwhile (yield_slow)
+    // The deadline: on this worker's heap, else (out of memory) the timer
+    // thread's.
+    constexpr auto on_deadline = [](void* a) noexcept { take_out(static_cast<fd_wait*>(a), ETIMEDOUT); };
+    spindle::detail::local_timer* local = nullptr;
     spindle::detail::timer_entry t;
-    const bool timed = deadline != time_point::max();
-    if (timed) {
-        t.deadline = deadline;
-        t.fn = [](void* a) noexcept { take_out(static_cast<fd_wait*>(a), ETIMEDOUT); };
-        t.arg = &fw;
-        spindle::detail::timer_add(&t);
+    bool thread_timer = false;
+    if (deadline != time_point::max()) {
+        local = spindle::detail::local_timer_add(deadline, on_deadline, &fw);
+        if (local == nullptr) {
+            t.deadline = deadline;
+            t.fn = on_deadline;
+            t.arg = &fw;
+            spindle::detail::timer_add(&t);
+            thread_timer = true;
+        }
     }
     fw.request = [](cancel_target* t) noexcept { take_out(static_cast<fd_wait*>(t), ECANCELED); };
     auto request = [&fw]() noexcept { fw.request(&fw); };
@@ -339,7 +422,8 @@ int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::st
     spindle::detail::park_now(&fw.wt);
     cb.reset();  // wait for a request running on another thread
     own.reset();
-    if (timed) spindle::detail::timer_cancel(&t);
+    if (local != nullptr) spindle::detail::local_timer_cancel(local);  // (waits for a running action)
+    if (thread_timer) spindle::detail::timer_cancel(&t);
     if (reg != nullptr) reg->waiting.fetch_sub(1, std::memory_order_relaxed);
     return -fw.reason.load(std::memory_order_acquire);
 }

@@ -206,7 +206,7 @@ bool sleep_until_steady(std::chrono::steady_clock::time_point t) noexcept {
         yield();
         return !self->stop.stop_requested();
     }
-    // A worker with an I/O engine that keeps timers (io_uring) sleeps the
+    // A worker with an I/O engine that keeps timers (both do) sleeps the
     // fiber there: no trip through the timer thread and back (relaxed: the
     // worker's own store).
     detail::worker* w = detail::current_worker();

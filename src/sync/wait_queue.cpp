@@ -64,8 +64,8 @@ wait_guard::wait_guard(wait_node& n, std::chrono::steady_clock::time_point deadl
     : n_(n), deadline_(deadline) {
     if (st != nullptr && st->stop_possible()) stop_.emplace(*st, stop_fn{&n});
     // A fiber's deadline is a timer: on its worker's own heap where the
-    // worker keeps one (io_uring), else the timer thread's. A thread sleeps
-    // on its futex with a timeout instead (see wait()).
+    // worker keeps one (one with an I/O engine), else the timer thread's.
+    // A thread sleeps on its futex with a timeout instead (see wait()).
     if (n.w.fiber != nullptr && deadline != no_deadline) {
         local_ = local_timer_add(deadline, &wait_guard::on_timer, &n);
         if (local_ == nullptr) {

@@ -1,5 +1,5 @@
 // The runtime side of the I/O layer: sleeping, and the deadlines of the
-// sync primitives' timed waits, on an io_uring worker's own timer heap, a
+// sync primitives' timed waits, on a worker's own timer heap, a
 // worker whose fibers never suspend still moving I/O, and a
 // worker that watches its ring before it sleeps (scheduler::options::io_spin).
 #include <sys/resource.h>
@@ -30,15 +30,23 @@ namespace io = spindle::io;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-// Gives every worker of `s` its I/O engine (a wait on an always-writable
-// descriptor), so that sleeps go to the engine's timers where it has them.
+// Gives every worker of `s` its I/O engine, so that sleeps and deadlines go
+// to the engine's timers: a read that waits (on epoll a wait that succeeds
+// at once never reaches the engine) until a short deadline.
 void make_engines(spindle::scheduler& s) {
     int p[2];
-    ASSERT_EQ(::pipe(p), 0);
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, p), 0);
+    io::stream a(p[0]), b(p[1]);
     for (unsigned w = 0; w < s.workers(); ++w)
-        s.spawn([&] { EXPECT_FALSE(io::wait_writable(p[1])); }, {.worker = static_cast<int>(w), .pinned = true}).join();
-    ::close(p[0]);
-    ::close(p[1]);
+        s.spawn(
+             [&] {
+                 char c = 0;
+                 auto n = b.read_some(&c, 1, io::timeout(1ms));
+                 ASSERT_FALSE(n);
+                 EXPECT_EQ(n.error(), std::errc::timed_out);
+             },
+             {.worker = static_cast<int>(w), .pinned = true})
+            .join();
 }
 
 TEST(IoEngine, SleepsEndNoEarlierThanAskedInDeadlineOrder) {
@@ -90,10 +98,6 @@ TEST(IoEngine, StopEndsASleepOnTheEngine) {
     }
 }
 
-// Where the worker keeps a timer heap, a timed wait's deadline goes there,
-// not to the timer thread (whose earliest deadline stays "none").
-bool deadlines_on_worker_heap() { return io::current_backend() == io::backend::io_uring; }
-
 TEST(IoEngine, TimedWaitsTimeOutOnTheWorkersHeap) {
     spindle::scheduler s({.workers = 1});
     make_engines(s);
@@ -135,8 +139,9 @@ TEST(IoEngine, TimedWaitsTimeOutOnTheWorkersHeap) {
     holder.join();
 }
 
+// A timed wait's deadline goes to the worker's heap, on either backend, not
+// to the timer thread (whose earliest deadline stays "none").
 TEST(IoEngine, ATimedWaitOnTheHeapLeavesTheTimerThreadAlone) {
-    if (!deadlines_on_worker_heap()) GTEST_SKIP() << "the epoll backend keeps no timers";
     spindle::scheduler s({.workers = 1});
     make_engines(s);
     spindle::counting_semaphore<> sem(0);
@@ -150,6 +155,68 @@ TEST(IoEngine, ATimedWaitOnTheHeapLeavesTheTimerThreadAlone) {
     EXPECT_EQ(spindle::detail::timer_earliest(), steady::time_point::max());
     sem.release();
     f.join();
+}
+
+// The same for a sleep and for a socket read with a deadline: on io_uring
+// the read's deadline is a timeout linked to it in the ring, on epoll a
+// deadline on the worker's heap. The read gets its byte, the sleep ends at
+// its stop request, and neither went through the timer thread.
+TEST(IoEngine, SleepsAndReadDeadlinesLeaveTheTimerThreadAlone) {
+    spindle::scheduler s({.workers = 1});
+    make_engines(s);
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    io::stream a(sv[0]), b(sv[1]);
+    std::atomic<int> waiting{0};
+    bool slept = true;
+    auto sleeper = s.spawn([&] {
+        waiting.fetch_add(1);
+        slept = spindle::this_fiber::sleep_for(1h);
+    });
+    char got = 0;
+    auto reader = s.spawn([&] {
+        waiting.fetch_add(1);
+        auto n = b.read_some(&got, 1, io::timeout(1h));
+        ASSERT_TRUE(n);
+        EXPECT_EQ(*n, 1u);
+    });
+    while (waiting.load() < 2) std::this_thread::yield();
+    std::this_thread::sleep_for(2ms);  // both parked by now, or about to be: their deadlines are armed
+    EXPECT_EQ(spindle::detail::timer_earliest(), steady::time_point::max());
+    ASSERT_FALSE(a.write_all("x", 1));
+    reader.join();
+    EXPECT_EQ(got, 'x');
+    sleeper.request_stop();
+    sleeper.join();
+    EXPECT_FALSE(slept);
+}
+
+// Deadlines that pass on the heap: each read times out, no earlier than
+// asked, and the socket still works afterwards.
+TEST(IoEngine, ReadDeadlinesOnTheHeapTimeOut) {
+    spindle::scheduler s({.workers = 2});
+    make_engines(s);
+    std::vector<spindle::fiber> fs;
+    for (int i = 0; i < 4; ++i)
+        fs.push_back(s.spawn([&, i] {
+            int p[2];
+            ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, p), 0);
+            io::stream x(p[0]), y(p[1]);
+            for (int r = 0; r < 5; ++r) {
+                const auto t0 = steady::now();
+                char c = 0;
+                auto n = y.read_some(&c, 1, io::timeout(std::chrono::milliseconds(2 + i)));
+                ASSERT_FALSE(n);
+                EXPECT_EQ(n.error(), std::errc::timed_out);
+                EXPECT_GE(steady::now() - t0, std::chrono::milliseconds(2 + i));
+            }
+            ASSERT_FALSE(x.write_all("y", 1));
+            char c = 0;
+            auto n = y.read_some(&c, 1, io::timeout(1h));
+            ASSERT_TRUE(n);
+            EXPECT_EQ(c, 'y');
+        }));
+    for (auto& f : fs) f.join();
 }
 
 TEST(IoEngine, GrantedTimedWaitsAcrossWorkersLeaveNothingBehind) {

@@ -35,7 +35,7 @@ void timer_add(timer_entry* e);             // arm; fires once at e->deadline
 void timer_cancel(timer_entry* e) noexcept;  // disarm, or wait for a firing action
 // ---- deadlines on the worker's own heap --------------------------------------
 //
-// A worker whose I/O engine keeps timers (io_uring) keeps its fibers'
+// A worker whose I/O engine keeps timers (io_uring, epoll) keeps its fibers'
 // deadlines in a binary min-heap of its own and fires them when it looks at
 // the engine, which it does anyway: no trip through the timer thread, whose
 // std::set and mutex every worker shares, and whose condition variable is
