@@ -266,9 +266,7 @@ bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
 // nothing queued to submit.
 bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
     epoll_engine* e = as_epoll(base);
-    if (e->waiting.load(std::memory_order_relaxed) == 0) return false;
-    if (!e->timers.empty() && e->timers.earliest() < horizon) return false;
-    return spindle::detail::timer_earliest() >= horizon;
+    return e->waiting.load(std::memory_order_relaxed) != 0 && !e->timers.due_before(horizon);
 }
 
 // epoll has no memory to read that says an event came: every look during

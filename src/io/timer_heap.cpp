@@ -64,6 +64,10 @@ void timer_heap::add(local_timer* lt) noexcept {
     push(lt);
 }
 
+bool timer_heap::due_before(time_point horizon) const noexcept {
+    return (!v_.empty() && v_.front()->t < horizon) || spindle::detail::timer_earliest() < horizon;
+}
+
 void timer_heap::fire() noexcept {
     if (v_.empty()) return;
     const time_point now = std::chrono::steady_clock::now();
@@ -116,6 +120,8 @@ bool sleep_on(timer_heap& heap, spindle::detail::worker* w, std::chrono::steady_
     w->yield_check = 1;  // yields look at the engine meanwhile (yield_slow)
     auto request = [&s, &stop_requests, wake, e]() noexcept {
         s.stop.store(true, std::memory_order_release);  // before the count: see stop_requests
+        // release pairs with the owner's acquire exchange of the count,
+        // after which it finds this sleeper marked (wake_stopped).
         stop_requests.fetch_add(1, std::memory_order_release);
         wake(e);
     };

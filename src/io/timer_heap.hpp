@@ -43,6 +43,11 @@ public:
     [[nodiscard]] bool empty() const noexcept { return v_.empty(); }
     // The earliest deadline; the heap must not be empty.
     [[nodiscard]] time_point earliest() const noexcept { return v_.front()->t; }
+    // Is a deadline due before `horizon`, here or on the timer thread (where
+    // a wait whose worker had no engine yet, or no memory for a heap entry,
+    // put its own)? The engines' watches end at such a wake-up, so they do
+    // not start one (flush).
+    [[nodiscard]] bool due_before(time_point horizon) const noexcept;
 
     void push(spindle::detail::heap_timer* h) noexcept;
     void remove(spindle::detail::heap_timer* h) noexcept;

@@ -240,9 +240,7 @@ void op_add_timer(spindle::detail::io_engine* base, spindle::detail::local_timer
 bool op_flush(spindle::detail::io_engine* base, time_point horizon) noexcept {
     uring_engine* e = as_uring(base);
     if (e->in_flight == 0) return false;
-    if (!e->timers.empty() && e->timers.earliest() < horizon) return false;
-    // A timed wait on a primitive sleeps on the timer service instead.
-    if (spindle::detail::timer_earliest() < horizon) return false;
+    if (e->timers.due_before(horizon)) return false;
     process_cancels(e);
     if (!e->wake_armed) arm_wake(e);
     if (io_uring_sq_ready(&e->ring) != 0) io_uring_submit(&e->ring);
