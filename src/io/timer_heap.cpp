@@ -71,14 +71,22 @@ bool timer_heap::due_before(time_point horizon) const noexcept {
 void timer_heap::fire() noexcept {
     if (v_.empty()) return;
     const time_point now = std::chrono::steady_clock::now();
+    // Taken out in deadline order, acted on last first: the worker's deque
+    // runs newest first, so fibers woken at one look then run in deadline
+    // order (as reap's completions, uring.cpp). Acted on in deadline order,
+    // two sleepers a late look found both due ran latest first.
     while (!v_.empty() && v_.front()->t <= now) {
-        heap_timer* h = v_.front();
-        remove(h);
+        due_.push_back(v_.front());
+        remove(v_.front());
+    }
+    for (std::size_t i = due_.size(); i-- > 0;) {
+        heap_timer* h = due_[i];
         if (h->is_local_timer)
             spindle::detail::local_timer_fire(static_cast<local_timer*>(h));  // (or frees a cancelled one)
         else
             spindle::detail::unpark(&static_cast<sleeper*>(h)->wt);  // it may be gone from here on
     }
+    due_.clear();
 }
 
 void timer_heap::sweep() noexcept {

@@ -70,6 +70,7 @@ private:
     void down(std::size_t i) noexcept;
 
     std::vector<spindle::detail::heap_timer*> v_;
+    std::vector<spindle::detail::heap_timer*> due_;  // fire()'s expired entries, emptied before it returns
     std::size_t sweep_at_ = 64;
 };
 
