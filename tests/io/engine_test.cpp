@@ -24,42 +24,30 @@
 #include <spindle/sync/event.hpp>
 #include <spindle/sync/mutex.hpp>
 
+#include "io_support.hpp"
+
 namespace {
 
 namespace io = spindle::io;
 using namespace std::chrono_literals;
 using steady = std::chrono::steady_clock;
 
-// Gives every worker of `s` its I/O engine, so that sleeps and deadlines go
-// to the engine's timers: a read that waits (on epoll a wait that succeeds
-// at once never reaches the engine) until a short deadline.
-void make_engines(spindle::scheduler& s) {
-    int p[2];
-    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, p), 0);
-    io::stream a(p[0]), b(p[1]);
-    for (unsigned w = 0; w < s.workers(); ++w)
-        s.spawn(
-             [&] {
-                 char c = 0;
-                 auto n = b.read_some(&c, 1, io::timeout(1ms));
-                 ASSERT_FALSE(n);
-                 EXPECT_EQ(n.error(), std::errc::timed_out);
-             },
-             {.worker = static_cast<int>(w), .pinned = true})
-            .join();
-}
+using spindle::test::make_engines;
 
 TEST(IoEngine, SleepsEndNoEarlierThanAskedInDeadlineOrder) {
     spindle::scheduler s({.workers = 1});
     make_engines(s);
     std::vector<int> order;
     std::vector<spindle::fiber> fs;
-    // Spawned in reverse order of their deadlines: they must end in deadline order.
+    // Spawned in reverse order of their deadlines, all measured from one
+    // start (a fiber that starts late on a loaded machine must not move its
+    // own deadline): they must end in deadline order.
+    const auto t0 = steady::now();
     for (int i = 4; i >= 0; --i)
         fs.push_back(s.spawn([&, i] {
-            auto t0 = steady::now();
-            EXPECT_TRUE(spindle::this_fiber::sleep_for(std::chrono::milliseconds(5 + 10 * i)));
-            EXPECT_GE(steady::now() - t0, std::chrono::milliseconds(5 + 10 * i));
+            const auto t = t0 + std::chrono::milliseconds(20 + 20 * i);
+            EXPECT_TRUE(spindle::this_fiber::sleep_until(t));
+            EXPECT_GE(steady::now(), t);
             order.push_back(i);  // one worker: no race
         }));
     for (auto& f : fs) f.join();

@@ -35,6 +35,8 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/io.hpp>
+#include <spindle/runtime/detail/worker.hpp>
+#include <spindle/runtime/scheduler.hpp>
 
 #include "../support/fiber_fixtures.hpp"
 
@@ -49,6 +51,34 @@ inline constexpr bool under_sanitizer = SPINDLE_ASAN || SPINDLE_TSAN;
 // A deadline for calls that should finish soon: a bug that makes one wait
 // forever fails the test instead of hanging ctest. Never a timing check.
 inline io::limits patience() { return io::timeout(std::chrono::seconds(60)); }
+
+// Gives every worker of `s` its I/O engine (its ring, or its epoll set), so
+// that sleeps and deadlines go to the engine's timers and no later call
+// needs a descriptor for one: each worker reads, with short deadlines,
+// until a read has reached its engine. (On epoll a read whose deadline
+// passed before it could wait, as on a loaded machine one may, returns
+// without reaching it; so does one that succeeds at once.)
+inline void make_engines(spindle::scheduler& s) {
+    int p[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, p), 0);
+    io::stream a(p[0]), b(p[1]);
+    for (unsigned w = 0; w < s.workers(); ++w)
+        s.spawn(
+             [&] {
+                 // relaxed: this worker's own store (its engine), read on its thread
+                 auto has_engine = [] {
+                     return spindle::detail::current_worker()->io.load(std::memory_order_relaxed) != nullptr;
+                 };
+                 for (auto t = std::chrono::milliseconds(1); !has_engine(); t *= 2) {
+                     char c = 0;
+                     auto n = b.read_some(&c, 1, io::timeout(t));
+                     ASSERT_FALSE(n);
+                     EXPECT_EQ(n.error(), std::errc::timed_out);
+                 }
+             },
+             {.worker = static_cast<int>(w), .pinned = true})
+            .join();
+}
 
 // Where a test's bodies run.
 enum class where { one_worker, two_workers, threads };
