@@ -368,6 +368,39 @@ void take_out(fd_wait* fw, int why) noexcept {
     }
 }
 
+// The wait with a deadline or a token of the call's own, out of line: the
+// usual wait (neither; the fiber's own token) keeps their timer and stop
+// callback off its frame. Each parked fiber's stack is what its resume
+// touches, and with many connections those lines are cold (epoll_await's
+// own frame in the echo server: 272 bytes before, 160 now).
+SPINDLE_NOINLINE void park_limited(fd_wait& fw, time_point deadline, const std::stop_token* stop) noexcept {
+    // The deadline: on this worker's heap, else (out of memory) the timer
+    // thread's.
+    constexpr auto on_deadline = [](void* a) noexcept { take_out(static_cast<fd_wait*>(a), ETIMEDOUT); };
+    spindle::detail::local_timer* local = nullptr;
+    spindle::detail::timer_entry t;
+    bool thread_timer = false;
+    if (deadline != time_point::max()) {
+        local = spindle::detail::local_timer_add(deadline, on_deadline, &fw);
+        if (local == nullptr) {
+            t.deadline = deadline;
+            t.fn = on_deadline;
+            t.arg = &fw;
+            spindle::detail::timer_add(&t);
+            thread_timer = true;
+        }
+    }
+    auto request = [&fw]() noexcept { fw.request(&fw); };
+    std::optional<std::stop_callback<decltype(request)>> cb;
+    std::optional<own_stop> own;
+    if (stop == nullptr) own.emplace(&fw); else if (stop->stop_possible()) cb.emplace(*stop, request);
+    spindle::detail::park_now(&fw.wt);
+    cb.reset();  // wait for a request running on another thread
+    own.reset();
+    if (local != nullptr) spindle::detail::local_timer_cancel(local);  // (waits for a running action)
+    if (thread_timer) spindle::detail::timer_cancel(&t);
+}
+
 }  // namespace
 
 int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::stop_token* stop) noexcept {
@@ -396,32 +429,13 @@ int epoll_await(worker* w, const op_spec& op, time_point deadline, const std::st
     epoll_engine* reg = d->reg.load(std::memory_order_acquire);
     if (reg != nullptr) reg->waiting.fetch_add(1, std::memory_order_relaxed);
     w->yield_check = 1;  // yields look at the engine meanwhile (yield_slow)
-    // The deadline: on this worker's heap, else (out of memory) the timer
-    // thread's.
-    constexpr auto on_deadline = [](void* a) noexcept { take_out(static_cast<fd_wait*>(a), ETIMEDOUT); };
-    spindle::detail::local_timer* local = nullptr;
-    spindle::detail::timer_entry t;
-    bool thread_timer = false;
-    if (deadline != time_point::max()) {
-        local = spindle::detail::local_timer_add(deadline, on_deadline, &fw);
-        if (local == nullptr) {
-            t.deadline = deadline;
-            t.fn = on_deadline;
-            t.arg = &fw;
-            spindle::detail::timer_add(&t);
-            thread_timer = true;
-        }
-    }
     fw.request = [](cancel_target* t) noexcept { take_out(static_cast<fd_wait*>(t), ECANCELED); };
-    auto request = [&fw]() noexcept { fw.request(&fw); };
-    std::optional<std::stop_callback<decltype(request)>> cb;
-    std::optional<own_stop> own;
-    if (stop == nullptr) own.emplace(&fw); else if (stop->stop_possible()) cb.emplace(*stop, request);
-    spindle::detail::park_now(&fw.wt);
-    cb.reset();  // wait for a request running on another thread
-    own.reset();
-    if (local != nullptr) spindle::detail::local_timer_cancel(local);  // (waits for a running action)
-    if (thread_timer) spindle::detail::timer_cancel(&t);
+    if (deadline == time_point::max() && stop == nullptr) {
+        own_stop own(&fw);  // (its destructor waits for a request running on another thread)
+        spindle::detail::park_now(&fw.wt);
+    } else {
+        park_limited(fw, deadline, stop);
+    }
     if (reg != nullptr) reg->waiting.fetch_sub(1, std::memory_order_relaxed);
     return -fw.reason.load(std::memory_order_acquire);
 }

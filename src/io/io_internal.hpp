@@ -55,9 +55,8 @@ struct op_spec {
     int iovcnt = 0;
     sockaddr* addr = nullptr;
     socklen_t* addrlen = nullptr;
-    msghdr msg{};
+    msghdr* msg = nullptr;  // the caller's: it outlives the call, and most calls have none
     short poll_events = 0;
-    __kernel_timespec ts{};  // a timeout operation's time (read at submission)
 };
 
 // The backend, chosen once (backend.cpp).

@@ -41,11 +41,11 @@ void prep_recv(io_uring_sqe* s, op_spec& o) { io_uring_prep_recv(s, o.fd, o.buf,
 int sys_send(op_spec& o) { return neg_errno(::send(o.fd, o.buf, o.len, MSG_DONTWAIT | MSG_NOSIGNAL)); }
 void prep_send(io_uring_sqe* s, op_spec& o) { io_uring_prep_send(s, o.fd, o.buf, o.len, MSG_NOSIGNAL); }
 
-int sys_sendmsg(op_spec& o) { return neg_errno(::sendmsg(o.fd, &o.msg, MSG_DONTWAIT | MSG_NOSIGNAL)); }
-void prep_sendmsg(io_uring_sqe* s, op_spec& o) { io_uring_prep_sendmsg(s, o.fd, &o.msg, MSG_NOSIGNAL); }
+int sys_sendmsg(op_spec& o) { return neg_errno(::sendmsg(o.fd, o.msg, MSG_DONTWAIT | MSG_NOSIGNAL)); }
+void prep_sendmsg(io_uring_sqe* s, op_spec& o) { io_uring_prep_sendmsg(s, o.fd, o.msg, MSG_NOSIGNAL); }
 
-int sys_recvmsg(op_spec& o) { return neg_errno(::recvmsg(o.fd, &o.msg, MSG_DONTWAIT)); }
-void prep_recvmsg(io_uring_sqe* s, op_spec& o) { io_uring_prep_recvmsg(s, o.fd, &o.msg, 0); }
+int sys_recvmsg(op_spec& o) { return neg_errno(::recvmsg(o.fd, o.msg, MSG_DONTWAIT)); }
+void prep_recvmsg(io_uring_sqe* s, op_spec& o) { io_uring_prep_recvmsg(s, o.fd, o.msg, 0); }
 
 int sys_accept(op_spec& o) { return neg_errno(::accept4(o.fd, o.addr, o.addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC)); }
 void prep_accept(io_uring_sqe* s, op_spec& o) {
@@ -299,8 +299,10 @@ result<std::size_t> stream::writev(std::span<const iovec> bufs, limits l) {
     o.write = true;
     o.sys = &sys_sendmsg;
     o.prep = &prep_sendmsg;
-    o.msg.msg_iov = const_cast<iovec*>(bufs.data());
-    o.msg.msg_iovlen = std::min<std::size_t>(bufs.size(), IOV_MAX);
+    msghdr m{};
+    m.msg_iov = const_cast<iovec*>(bufs.data());
+    m.msg_iovlen = std::min<std::size_t>(bufs.size(), IOV_MAX);
+    o.msg = &m;
     return count_or_error(perform(o, l));
 }
 
@@ -416,13 +418,15 @@ result<std::size_t> datagram::receive_from(void* buf, std::size_t n, endpoint* f
     o.fd = h_.fd();
     o.sys = &sys_recvmsg;
     o.prep = &prep_recvmsg;
-    o.msg.msg_name = &ss;
-    o.msg.msg_namelen = sizeof ss;
-    o.msg.msg_iov = &iov;
-    o.msg.msg_iovlen = 1;
+    msghdr m{};
+    m.msg_name = &ss;
+    m.msg_namelen = sizeof ss;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    o.msg = &m;
     int r = perform(o, l);
     if (r < 0) return err(r);
-    if (from != nullptr) *from = endpoint::from_native(reinterpret_cast<sockaddr*>(&ss), o.msg.msg_namelen);
+    if (from != nullptr) *from = endpoint::from_native(reinterpret_cast<sockaddr*>(&ss), m.msg_namelen);
     return static_cast<std::size_t>(r);
 }
 
@@ -434,10 +438,12 @@ result<std::size_t> datagram::send_to(const void* buf, std::size_t n, const endp
     o.write = true;
     o.sys = &sys_sendmsg;
     o.prep = &prep_sendmsg;
-    o.msg.msg_name = const_cast<sockaddr*>(to.data());
-    o.msg.msg_namelen = to.size();
-    o.msg.msg_iov = &iov;
-    o.msg.msg_iovlen = 1;
+    msghdr m{};
+    m.msg_name = const_cast<sockaddr*>(to.data());
+    m.msg_namelen = to.size();
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    o.msg = &m;
     return count_or_error(perform(o, l));
 }
 

@@ -28,7 +28,6 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <optional>
 #include <stop_token>
 #include <vector>
 
@@ -308,6 +307,16 @@ void prep_poll(io_uring_sqe* s, op_spec& op) noexcept {
     io_uring_prep_poll_add(s, op.fd, static_cast<unsigned>(op.poll_events));
 }
 
+// The park of an operation with a stop token of the call's own, out of
+// line: the usual one (the fiber's own token) keeps the stop callback off
+// its frame, the stack lines that every resume touches (epoll.cpp,
+// park_limited).
+SPINDLE_NOINLINE void park_with_callback(uring_op& o, const std::stop_token& stop) noexcept {
+    auto request = [&o]() noexcept { o.request(&o); };
+    std::stop_callback<decltype(request)> cb(stop, request);
+    spindle::detail::park_now(&o.wt);
+}  // (~stop_callback waits for a request running on another thread)
+
 // Queue `op` on the calling fiber's worker's ring and park until its
 // completion.
 int submit_and_park(op_spec& op, void (*prep)(io_uring_sqe*, op_spec&), time_point deadline,
@@ -338,21 +347,22 @@ int submit_and_park(op_spec& op, void (*prep)(io_uring_sqe*, op_spec&), time_poi
         op->engine->cancel_requests.fetch_add(1, std::memory_order_release);
         op_wake(op->engine);
     };
-    auto request = [&o]() noexcept { o.request(&o); };
-    std::optional<std::stop_callback<decltype(request)>> cb;
-    std::optional<own_stop> own;
     if (stop == nullptr || stop->stop_possible()) {
         o.next = e->cancellable;
         if (o.next != nullptr) o.next->prev = &o;
         e->cancellable = &o;
         o.listed = true;
-        if (stop != nullptr) cb.emplace(*stop, request); else own.emplace(&o);
     }
-    spindle::detail::park_now(&o.wt);
-    // (We may run on another worker now: neither w nor e is ours any more;
-    // the owner unlinked o before it unparked us.)
-    cb.reset();  // wait for a request running on another thread
-    own.reset();
+    // (We may run on another worker after the park: neither w nor e is ours
+    // any more; the owner unlinked o before it unparked us.)
+    if (stop == nullptr) {
+        own_stop own(&o);  // (its destructor waits for a request running on another thread)
+        spindle::detail::park_now(&o.wt);
+    } else if (stop->stop_possible()) {
+        park_with_callback(o, *stop);
+    } else {
+        spindle::detail::park_now(&o.wt);
+    }
     if (o.res == -ECANCELED || o.res == -EINTR) {
         if (o.stop_requested.load(std::memory_order_acquire)) return -ECANCELED;
         if (timed) return -ETIMEDOUT;
@@ -377,6 +387,14 @@ bool op_sleep(spindle::detail::io_engine*, time_point t) noexcept {
     return sleep_on(e->timers, w, t, e->cancel_requests, &op_wake, e);
 }
 
+// Readiness on the ring (a poll) for an operation that said EAGAIN; out
+// of line, so that its copy of the operation stays off the usual frame.
+SPINDLE_NOINLINE int wait_ready(const op_spec& op, time_point deadline, const std::stop_token* stop) noexcept {
+    op_spec p = op;
+    p.poll_events = op.write ? POLLOUT : POLLIN;
+    return submit_and_park(p, &prep_poll, deadline, stop);
+}
+
 }  // namespace
 
 int uring_perform(worker*, op_spec& op, time_point deadline, const std::stop_token* stop) noexcept {
@@ -385,9 +403,7 @@ int uring_perform(worker*, op_spec& op, time_point deadline, const std::stop_tok
         // Kernels that honour O_NONBLOCK on sockets answer EAGAIN instead of
         // waiting: wait for readiness on the ring, then try again.
         if (r != -EAGAIN || !op.can_wait) return r;
-        op_spec p = op;
-        p.poll_events = op.write ? POLLOUT : POLLIN;
-        r = submit_and_park(p, &prep_poll, deadline, stop);
+        r = wait_ready(op, deadline, stop);
         if (r < 0) return r;
     }
 }
