@@ -81,18 +81,26 @@ constexpr int chunk_size = 1 << chunk_bits;
 constexpr int max_chunks = 1 << 12;  // 16 M descriptors
 std::atomic<poll_desc*> chunks[max_chunks];
 
-poll_desc* desc_of(int fd) noexcept {
+// Chunk c, made now (out of line: once per 4096 descriptors).
+SPINDLE_NOINLINE poll_desc* make_chunk(int c) noexcept {
+    poll_desc* chunk = nullptr;
+    auto* fresh = new poll_desc[chunk_size];
+    // acq_rel: publishes the fresh chunk to desc_of's acquire load; acquire
+    // on failure: the chunk another thread published first.
+    if (chunks[c].compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel, std::memory_order_acquire))
+        return fresh;
+    delete[] fresh;
+    return chunk;
+}
+
+// (Inline: every stream read on epoll looks a descriptor up two or three
+// times.)
+inline poll_desc* desc_of(int fd) noexcept {
     int c = fd >> chunk_bits;
     if (fd < 0 || c >= max_chunks) return nullptr;
-    // acquire pairs with the release CAS below that published the chunk.
+    // acquire pairs with make_chunk's CAS, which published the chunk.
     poll_desc* chunk = chunks[c].load(std::memory_order_acquire);
-    if (chunk == nullptr) {
-        auto* fresh = new poll_desc[chunk_size];
-        if (chunks[c].compare_exchange_strong(chunk, fresh, std::memory_order_acq_rel, std::memory_order_acquire))
-            chunk = fresh;
-        else
-            delete[] fresh;
-    }
+    if (chunk == nullptr) chunk = make_chunk(c);
     return &chunk[fd & (chunk_size - 1)];
 }
 
