@@ -74,8 +74,17 @@ bool parse_u32(std::string_view t, std::uint32_t& out) noexcept {
     return true;
 }
 
+// The index of the first ' ' at or after i in line, or line.size(). memchr
+// scans a word at a time where a byte loop would take one compare per byte,
+// and keys are the longest tokens a request has.
+std::size_t token_end(std::string_view line, std::size_t i) noexcept {
+    const void* sp = std::memchr(line.data() + i, ' ', line.size() - i);
+    return sp ? static_cast<std::size_t>(static_cast<const char*>(sp) - line.data()) : line.size();
+}
+
 // Splits `line` on runs of ' ' into at most tok.size() tokens; returns how
-// many, or tok.size() + 1 if there are more.
+// many, or tok.size() + 1 if there are more. A token with no slot left is
+// not scanned: its start is enough to say there are more.
 std::size_t tokenize(std::string_view line, std::span<std::string_view> tok) noexcept {
     std::size_t n = 0;
     std::size_t i = 0;
@@ -83,9 +92,9 @@ std::size_t tokenize(std::string_view line, std::span<std::string_view> tok) noe
     for (;;) {
         while (i < len && line[i] == ' ') ++i;
         if (i == len) return n;
-        std::size_t b = i;
-        while (i < len && line[i] != ' ') ++i;
         if (n == tok.size()) return n + 1;
+        std::size_t b = i;
+        i = token_end(line, i);
         tok[n++] = line.substr(b, i - b);
     }
 }
@@ -633,7 +642,7 @@ void session::cmd_get(std::string_view line, std::size_t pos, bool cas, bool tou
         while (pos < len && line[pos] == ' ') ++pos;
         if (pos == len) break;
         std::size_t b = pos;
-        while (pos < len && line[pos] != ' ') ++pos;
+        pos = token_end(line, pos);
         key = line.substr(b, pos - b);
         if (key.size() > key_max) {
             out_.resize(mark);  // this command's VALUEs are not sent
