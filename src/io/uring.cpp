@@ -109,17 +109,37 @@ void list_remove(uring_engine* e, uring_op* o) noexcept {
 // connections of 2.3x the p50, where an event loop that serves its events
 // in order has 1.6x.
 void unpark_reaped(uring_engine* e) noexcept {
-    for (std::size_t i = e->reaped.size(); i-- > 0;)
+    for (std::size_t i = e->reaped.size(); i-- > 0;) {
+        // unpark reads the fiber's control block (make_ready: its home and
+        // whether it is pinned, on its second line); with many connections
+        // that is a cache miss, so start the next one's load now.
+        // reaped[i - 1] is still parked (its waiter's line came in with
+        // reap), and a prefetch never faults.
+        if (i > 0)
+            __builtin_prefetch(reinterpret_cast<const char*>(e->reaped[i - 1]->fiber) + spindle::arch::cache_line, 1);
         spindle::detail::unpark(e->reaped[i]);  // its operation may be gone from here on
+    }
     e->reaped.clear();
 }
 
 // Deliver completions (owner only).
 void reap(uring_engine* e) noexcept {
+    // Each operation lives on its parked fiber's stack: with many
+    // connections a cache miss apiece. Start the load of the operation two
+    // completions ahead (user_data is its address, or a tag, and a prefetch
+    // of any address is harmless).
+    const unsigned mask = e->ring.cq.ring_mask;
+    auto ahead = [&](unsigned h) noexcept {
+        std::uint64_t ud = e->ring.cq.cqes[io_uring_cqe_index(&e->ring, h, mask)].user_data;
+        if (ud > tag_wake) __builtin_prefetch(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(ud)), 1);
+    };
+    const unsigned ready = io_uring_cq_ready(&e->ring);  // (acquire load of the tail, as the loop's)
     unsigned head;
     unsigned n = 0;
     io_uring_cqe* cqe;
     io_uring_for_each_cqe(&e->ring, head, cqe) {
+        if (n == 0 && ready > 1) ahead(head + 1);
+        if (n + 2 < ready) ahead(head + 2);
         ++n;
         std::uint64_t ud = cqe->user_data;
         if (ud == tag_ignore) continue;

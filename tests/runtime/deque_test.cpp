@@ -3,7 +3,7 @@
 // empty pops and steals that leave it usable, the owner's pop racing thieves
 // for the last element (exactly one gets it), no element lost or taken twice
 // with thieves racing the owner, each thief's steals in push order, and a
-// growth that runs out of memory.
+// growth that runs out of memory; the owner's peek at its next pop.
 #include <gtest/gtest.h>
 
 #include <sys/resource.h>
@@ -39,6 +39,26 @@ TEST(Deque, OwnerPopsNewestThievesTakeOldest) {
     EXPECT_EQ(d.steal(), nullptr);
     EXPECT_FALSE(d.maybe_nonempty());
     EXPECT_TRUE(d.empty_seq_cst());
+}
+
+// The owner's peek names what its next pop takes, across a growth and a
+// wrapped ring, and nothing once thieves have emptied it.
+TEST(Deque, PeekHintNamesTheNextPop) {
+    ws_deque<int> d(4);
+    EXPECT_EQ(d.peek_hint(), nullptr);
+    for (std::uintptr_t i = 1; i <= 3; ++i) d.push(item(i));
+    EXPECT_EQ(id(d.steal()), 1u);
+    EXPECT_EQ(id(d.steal()), 2u);
+    for (std::uintptr_t i = 4; i <= 9; ++i) d.push(item(i));  // wraps, then grows
+    for (std::uintptr_t i = 9; i >= 4; --i) {
+        EXPECT_EQ(id(d.peek_hint()), i);
+        EXPECT_EQ(id(d.pop()), i);
+    }
+    EXPECT_EQ(id(d.peek_hint()), 3u);
+    EXPECT_EQ(id(d.steal()), 3u);
+    EXPECT_EQ(d.peek_hint(), nullptr);
+    EXPECT_EQ(d.pop(), nullptr);
+    EXPECT_EQ(d.peek_hint(), nullptr);
 }
 
 // The ring wraps before it grows: elements live in slots t..b-1 mod the

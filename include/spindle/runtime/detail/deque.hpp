@@ -116,6 +116,16 @@ public:
         return x;
     }
 
+    // Owner only: what the next pop() will likely return, or null. A hint
+    // to prefetch and never to dereference: a thief may take it at any
+    // moment, and it may then run, finish and be freed. relaxed loads: a
+    // guess, and nothing is read through it.
+    [[nodiscard]] T* peek_hint() const noexcept {
+        std::int64_t b = bottom_.load(std::memory_order_relaxed) - 1;
+        if (b < top_.load(std::memory_order_relaxed)) return nullptr;
+        return buf_.load(std::memory_order_relaxed)->at(b).load(std::memory_order_relaxed);
+    }
+
     // A racy size hint (exact for the owner when no thief is active).
     [[nodiscard]] bool maybe_nonempty() const noexcept {
         return bottom_.load(std::memory_order_relaxed) > top_.load(std::memory_order_relaxed);
