@@ -211,7 +211,13 @@ public:
     // to its free list.
     void reset_exclusive() noexcept SPINDLE_RELEASE() SPINDLE_NO_TSA {
         release_state();
+        // To ThreadSanitizer this is W's unlock by its holder (every lock of
+        // locks/ annotates at its own address): unannotated, TSan went on
+        // taking this thread for W's holder, and reported a "double lock"
+        // when another thread later locked a lock at this address.
+        detail::tsan_lock_annotations::pre_unlock(&writers_);
         std::construct_at(&writers_);  // all-zero: unlocked and empty
+        detail::tsan_lock_annotations::post_unlock(&writers_);
     }
 
     // How many threads hold it shared now (relaxed: an observation).
