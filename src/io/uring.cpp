@@ -134,11 +134,11 @@ void reap(uring_engine* e) noexcept {
         if (ud > tag_wake) __builtin_prefetch(reinterpret_cast<const void*>(static_cast<std::uintptr_t>(ud)), 1);
     };
     const unsigned ready = io_uring_cq_ready(&e->ring);  // (acquire load of the tail, as the loop's)
-    unsigned head;
+    unsigned head = *e->ring.cq.khead;  // (only this thread moves the head)
+    if (ready > 1) ahead(head + 1);
     unsigned n = 0;
     io_uring_cqe* cqe;
     io_uring_for_each_cqe(&e->ring, head, cqe) {
-        if (n == 0 && ready > 1) ahead(head + 1);
         if (n + 2 < ready) ahead(head + 2);
         ++n;
         std::uint64_t ud = cqe->user_data;
