@@ -32,6 +32,7 @@ backend probe() noexcept {
         spindle::detail::fatal("SPINDLE_IO=%s: unknown I/O backend (use uring or epoll, or leave it unset "
                                "for io_uring where the kernel allows it, else epoll)", env);
     if (want == "epoll") return backend::epoll;
+#if SPINDLE_IO_URING
     io_uring ring;
     int rc = io_uring_queue_init(2, &ring, 0);
     if (rc == 0) {
@@ -41,6 +42,11 @@ backend probe() noexcept {
     if (!want.empty())
         spindle::detail::fatal("SPINDLE_IO=%s: io_uring is unavailable here (io_uring_setup: %s); "
                                "use SPINDLE_IO=epoll or leave it unset", env, std::strerror(-rc));
+#else
+    if (!want.empty())
+        spindle::detail::fatal("SPINDLE_IO=%s: this build of spindle::io has no io_uring backend (built "
+                               "without liburing); use SPINDLE_IO=epoll or leave it unset", env);
+#endif
     return backend::epoll;
 }
 }  // namespace
@@ -53,6 +59,8 @@ const std::error_category& io_category() noexcept {
 backend current_backend() { return detail::chosen(); }
 
 const char* backend_name(backend b) noexcept { return b == backend::io_uring ? "io_uring" : "epoll"; }
+
+bool backend_built(backend b) noexcept { return b == backend::epoll || SPINDLE_IO_URING; }
 
 namespace detail {
 
@@ -131,6 +139,7 @@ int perform(op_spec& op, const limits& l) noexcept {
     const std::stop_token* stop = l.stop.stop_possible() ? &l.stop : nullptr;
     if (stop != nullptr ? stop->stop_requested() : fiber && own_stop_requested()) return -ECANCELED;
     const time_point deadline = l.deadline;
+#if SPINDLE_IO_URING
     if (fiber && chosen() == io::backend::io_uring) {
         if (op.nowait != nullptr) {
             int r = op.nowait(op);
@@ -138,6 +147,7 @@ int perform(op_spec& op, const limits& l) noexcept {
         }
         return uring_perform(fiber_worker(), op, deadline, stop);
     }
+#endif
     const bool hint = fiber && op.stream_read;
     if (hint && epoll_read_would_block(op.fd)) {
         int r = epoll_await(fiber_worker(), op, deadline, stop);

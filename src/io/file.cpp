@@ -20,9 +20,9 @@ using detail::count_or_error;
 using detail::err;
 
 int sys_pread(op_spec& o) { return neg_errno(::pread(o.fd, o.buf, o.len, o.off)); }
-void prep_pread(io_uring_sqe* s, op_spec& o) {
+SPINDLE_IO_URING_FORM(prep_pread, {
     io_uring_prep_read(s, o.fd, o.buf, static_cast<unsigned>(o.len), static_cast<__u64>(o.off));
-}
+})
 // A cached read: preadv2 with RWF_NOWAIT fails with EAGAIN rather than wait
 // for the device.
 int nowait_pread(op_spec& o) {
@@ -31,21 +31,21 @@ int nowait_pread(op_spec& o) {
 }
 int nowait_preadv(op_spec& o) { return neg_errno(::preadv2(o.fd, o.iov, o.iovcnt, o.off, RWF_NOWAIT)); }
 int sys_pwrite(op_spec& o) { return neg_errno(::pwrite(o.fd, o.buf, o.len, o.off)); }
-void prep_pwrite(io_uring_sqe* s, op_spec& o) {
+SPINDLE_IO_URING_FORM(prep_pwrite, {
     io_uring_prep_write(s, o.fd, o.buf, static_cast<unsigned>(o.len), static_cast<__u64>(o.off));
-}
+})
 int sys_preadv(op_spec& o) { return neg_errno(::preadv(o.fd, o.iov, o.iovcnt, o.off)); }
-void prep_preadv(io_uring_sqe* s, op_spec& o) {
+SPINDLE_IO_URING_FORM(prep_preadv, {
     io_uring_prep_readv(s, o.fd, o.iov, static_cast<unsigned>(o.iovcnt), static_cast<__u64>(o.off));
-}
+})
 int sys_pwritev(op_spec& o) { return neg_errno(::pwritev(o.fd, o.iov, o.iovcnt, o.off)); }
-void prep_pwritev(io_uring_sqe* s, op_spec& o) {
+SPINDLE_IO_URING_FORM(prep_pwritev, {
     io_uring_prep_writev(s, o.fd, o.iov, static_cast<unsigned>(o.iovcnt), static_cast<__u64>(o.off));
-}
+})
 int sys_fsync(op_spec& o) { return neg_errno(o.flags != 0 ? ::fdatasync(o.fd) : ::fsync(o.fd)); }
-void prep_fsync(io_uring_sqe* s, op_spec& o) {
+SPINDLE_IO_URING_FORM(prep_fsync, {
     io_uring_prep_fsync(s, o.fd, o.flags != 0 ? IORING_FSYNC_DATASYNC : 0);
-}
+})
 
 // A transfer's length fits the ring's 32-bit field (and read(2)'s limit).
 constexpr std::size_t max_transfer = 0x7ffff000;
@@ -102,19 +102,19 @@ result<file> file::open(const char* path, int flags, mode_t mode, limits l) {
 // io_uring and preadv2 would read at the file position for -1.)
 result<std::size_t> file::pread(void* buf, std::size_t n, off_t offset, limits l) {
     if (offset < 0) return std::errc::invalid_argument;
-    return run(fd_, &sys_pread, &prep_pread, buf, n, offset, l, &nowait_pread);
+    return run(fd_, &sys_pread, prep_pread, buf, n, offset, l, &nowait_pread);
 }
 result<std::size_t> file::pwrite(const void* buf, std::size_t n, off_t offset, limits l) {
     if (offset < 0) return std::errc::invalid_argument;
-    return run(fd_, &sys_pwrite, &prep_pwrite, const_cast<void*>(buf), n, offset, l);
+    return run(fd_, &sys_pwrite, prep_pwrite, const_cast<void*>(buf), n, offset, l);
 }
 result<std::size_t> file::preadv(std::span<const iovec> bufs, off_t offset, limits l) {
     if (offset < 0) return std::errc::invalid_argument;
-    return run_v(fd_, &sys_preadv, &prep_preadv, bufs, offset, l, &nowait_preadv);
+    return run_v(fd_, &sys_preadv, prep_preadv, bufs, offset, l, &nowait_preadv);
 }
 result<std::size_t> file::pwritev(std::span<const iovec> bufs, off_t offset, limits l) {
     if (offset < 0) return std::errc::invalid_argument;
-    return run_v(fd_, &sys_pwritev, &prep_pwritev, bufs, offset, l);
+    return run_v(fd_, &sys_pwritev, prep_pwritev, bufs, offset, l);
 }
 
 std::error_code file::fsync(limits l) {
@@ -122,7 +122,7 @@ std::error_code file::fsync(limits l) {
     o.fd = fd_;
     o.can_wait = false;
     o.sys = &sys_fsync;
-    o.prep = &prep_fsync;
+    o.prep = prep_fsync;
     int r = detail::perform(o, l);
     return r < 0 ? err(r) : std::error_code{};
 }
@@ -132,7 +132,7 @@ std::error_code file::fdatasync(limits l) {
     o.fd = fd_;
     o.can_wait = false;
     o.sys = &sys_fsync;
-    o.prep = &prep_fsync;
+    o.prep = prep_fsync;
     o.flags = 1;
     int r = detail::perform(o, l);
     return r < 0 ? err(r) : std::error_code{};

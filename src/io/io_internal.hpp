@@ -15,7 +15,14 @@
 // passed deadline and -ECANCELED for a stop request.
 #pragma once
 
+#ifndef SPINDLE_IO_URING
+#define SPINDLE_IO_URING 1
+#endif
+#if SPINDLE_IO_URING
 #include <liburing.h>
+#else
+struct io_uring_sqe;
+#endif
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -58,6 +65,17 @@ struct op_spec {
     msghdr* msg = nullptr;  // the caller's: it outlives the call, and most calls have none
     short poll_events = 0;
 };
+
+// An operation's io_uring form, `void name(io_uring_sqe* s, op_spec& o)`
+// with the given body. In a build without the io_uring backend
+// (SPINDLE_IO_URING 0: no liburing) it is a null pointer instead, never
+// called: chosen() is never io_uring there.
+#if SPINDLE_IO_URING
+#define SPINDLE_IO_URING_FORM(name, ...) \
+    [[maybe_unused]] void name([[maybe_unused]] io_uring_sqe* s, [[maybe_unused]] op_spec& o) __VA_ARGS__
+#else
+#define SPINDLE_IO_URING_FORM(name, ...) [[maybe_unused]] constexpr std::nullptr_t name = nullptr;
+#endif
 
 // The backend, chosen once (backend.cpp).
 io::backend chosen() noexcept;

@@ -36,21 +36,21 @@ std::error_code last_error() noexcept { return {errno, std::system_category()}; 
 // ---- the operations -------------------------------------------------------
 
 int sys_recv(op_spec& o) { return neg_errno(::recv(o.fd, o.buf, o.len, MSG_DONTWAIT)); }
-void prep_recv(io_uring_sqe* s, op_spec& o) { io_uring_prep_recv(s, o.fd, o.buf, o.len, 0); }
+SPINDLE_IO_URING_FORM(prep_recv, { io_uring_prep_recv(s, o.fd, o.buf, o.len, 0); })
 
 int sys_send(op_spec& o) { return neg_errno(::send(o.fd, o.buf, o.len, MSG_DONTWAIT | MSG_NOSIGNAL)); }
-void prep_send(io_uring_sqe* s, op_spec& o) { io_uring_prep_send(s, o.fd, o.buf, o.len, MSG_NOSIGNAL); }
+SPINDLE_IO_URING_FORM(prep_send, { io_uring_prep_send(s, o.fd, o.buf, o.len, MSG_NOSIGNAL); })
 
 int sys_sendmsg(op_spec& o) { return neg_errno(::sendmsg(o.fd, o.msg, MSG_DONTWAIT | MSG_NOSIGNAL)); }
-void prep_sendmsg(io_uring_sqe* s, op_spec& o) { io_uring_prep_sendmsg(s, o.fd, o.msg, MSG_NOSIGNAL); }
+SPINDLE_IO_URING_FORM(prep_sendmsg, { io_uring_prep_sendmsg(s, o.fd, o.msg, MSG_NOSIGNAL); })
 
 int sys_recvmsg(op_spec& o) { return neg_errno(::recvmsg(o.fd, o.msg, MSG_DONTWAIT)); }
-void prep_recvmsg(io_uring_sqe* s, op_spec& o) { io_uring_prep_recvmsg(s, o.fd, o.msg, 0); }
+SPINDLE_IO_URING_FORM(prep_recvmsg, { io_uring_prep_recvmsg(s, o.fd, o.msg, 0); })
 
 int sys_accept(op_spec& o) { return neg_errno(::accept4(o.fd, o.addr, o.addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC)); }
-void prep_accept(io_uring_sqe* s, op_spec& o) {
+SPINDLE_IO_URING_FORM(prep_accept, {
     io_uring_prep_accept(s, o.fd, o.addr, o.addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
-}
+})
 
 // connect: the first try starts it (EINPROGRESS -> EAGAIN: wait for
 // writability); the next ones read its outcome (SO_ERROR).
@@ -68,7 +68,7 @@ int sys_connect(op_spec& o) {
     if (::getsockopt(o.fd, SOL_SOCKET, SO_ERROR, &e, &len) < 0) return -errno;
     return e == 0 ? 0 : -e;
 }
-void prep_connect(io_uring_sqe* s, op_spec& o) { io_uring_prep_connect(s, o.fd, o.addr, *o.addrlen); }
+SPINDLE_IO_URING_FORM(prep_connect, { io_uring_prep_connect(s, o.fd, o.addr, *o.addrlen); })
 
 int new_socket(int family, int type) noexcept {
     return neg_errno(::socket(family, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
@@ -225,7 +225,7 @@ result<stream> stream::connect(const endpoint& to, limits l) {
     o.fd = fd;
     o.write = true;
     o.sys = &sys_connect;
-    o.prep = &prep_connect;
+    o.prep = prep_connect;
     o.addr = const_cast<sockaddr*>(to.data());
     o.addrlen = &len;
     detail::socket_handle::use u(s.h_);
@@ -249,7 +249,7 @@ result<std::size_t> stream::read_some(void* buf, std::size_t n, limits l) {
     o.fd = h_.fd();
     o.stream_read = true;
     o.sys = &sys_recv;
-    o.prep = &prep_recv;
+    o.prep = prep_recv;
     o.buf = buf;
     o.len = n;
     return count_or_error(perform(o, l));
@@ -274,7 +274,7 @@ result<std::size_t> stream::write_some(const void* buf, std::size_t n, limits l)
     o.fd = h_.fd();
     o.write = true;
     o.sys = &sys_send;
-    o.prep = &prep_send;
+    o.prep = prep_send;
     o.buf = const_cast<void*>(buf);
     o.len = n;
     return count_or_error(perform(o, l));
@@ -298,7 +298,7 @@ result<std::size_t> stream::writev(std::span<const iovec> bufs, limits l) {
     o.fd = h_.fd();
     o.write = true;
     o.sys = &sys_sendmsg;
-    o.prep = &prep_sendmsg;
+    o.prep = prep_sendmsg;
     msghdr m{};
     m.msg_iov = const_cast<iovec*>(bufs.data());
     m.msg_iovlen = std::min<std::size_t>(bufs.size(), IOV_MAX);
@@ -371,7 +371,7 @@ result<stream> listener::accept(limits l, endpoint* peer) {
     op_spec o;
     o.fd = h_.fd();
     o.sys = &sys_accept;
-    o.prep = &prep_accept;
+    o.prep = prep_accept;
     // On io_uring, take a connection already queued with one accept4 (the
     // listener is non-blocking) before going to the ring. Through the
     // ring, each accept costs the acceptor a round: it is woken with the
@@ -417,7 +417,7 @@ result<std::size_t> datagram::receive_from(void* buf, std::size_t n, endpoint* f
     op_spec o;
     o.fd = h_.fd();
     o.sys = &sys_recvmsg;
-    o.prep = &prep_recvmsg;
+    o.prep = prep_recvmsg;
     msghdr m{};
     m.msg_name = &ss;
     m.msg_namelen = sizeof ss;
@@ -437,7 +437,7 @@ result<std::size_t> datagram::send_to(const void* buf, std::size_t n, const endp
     o.fd = h_.fd();
     o.write = true;
     o.sys = &sys_sendmsg;
-    o.prep = &prep_sendmsg;
+    o.prep = prep_sendmsg;
     msghdr m{};
     m.msg_name = const_cast<sockaddr*>(to.data());
     m.msg_namelen = to.size();

@@ -21,9 +21,9 @@ int sys_poll(op_spec& o) {
     if (n == 0) return -EAGAIN;
     return (p.revents & POLLNVAL) != 0 ? -EBADF : 0;
 }
-void prep_poll(io_uring_sqe* s, op_spec& o) {
+SPINDLE_IO_URING_FORM(prep_poll, {
     io_uring_prep_poll_add(s, o.fd, static_cast<unsigned>(o.poll_events));
-}
+})
 
 std::error_code wait_for(int fd, bool write, const limits& l) {
     op_spec o;
@@ -32,7 +32,7 @@ std::error_code wait_for(int fd, bool write, const limits& l) {
     o.owned = false;  // not ours: re-arm its registration each time (epoll.cpp)
     o.poll_events = write ? POLLOUT : POLLIN;
     o.sys = &sys_poll;
-    o.prep = &prep_poll;
+    o.prep = prep_poll;
     int r = detail::perform(o, l);
     if (r < 0) return {-r, std::system_category()};
     return {};  // (a poll's result is the revents mask: ready)

@@ -46,7 +46,9 @@ TEST(IoBackend, IsWhatSpindleIoAsks) {
         EXPECT_EQ(b, io::backend::io_uring) << "SPINDLE_IO=" << asked;
     } else {
         ASSERT_TRUE(asked.empty()) << "unexpected SPINDLE_IO=" << asked;
-        if (kernel_allows_io_uring()) {
+        if (!io::backend_built(io::backend::io_uring)) {
+            EXPECT_EQ(b, io::backend::epoll) << "built without io_uring: epoll";
+        } else if (kernel_allows_io_uring()) {
             EXPECT_EQ(b, io::backend::io_uring) << "io_uring is the default where the kernel allows it";
         } else {
             EXPECT_EQ(b, io::backend::epoll) << "the kernel refuses io_uring: epoll";
@@ -65,6 +67,11 @@ TEST(IoBackend, SameEverywhere) {
     std::thread([&] { same.fetch_add(io::current_backend() == b); }).join();
     EXPECT_EQ(same.load(), 3);
     EXPECT_EQ(io::current_backend(), b);
+}
+
+TEST(IoBackend, EpollIsAlwaysBuilt) {
+    EXPECT_TRUE(io::backend_built(io::backend::epoll));
+    std::printf("[ built    ] io_uring %s\n", io::backend_built(io::backend::io_uring) ? "yes" : "no");
 }
 
 TEST(IoBackend, Names) {
@@ -99,6 +106,18 @@ TEST(IoBackendDeathTest, BogusSpindleIoAborts) {
             }).join();
         },
         "SPINDLE_IO");
+}
+
+// A build without the io_uring backend refuses SPINDLE_IO=uring, saying why.
+TEST(IoBackendDeathTest, UringAskedOfABuildWithoutItAborts) {
+    if (io::backend_built(io::backend::io_uring)) GTEST_SKIP() << "this build has the io_uring backend";
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            ::setenv("SPINDLE_IO", "uring", 1);
+            (void)io::current_backend();
+        },
+        "SPINDLE_IO=uring: this build of spindle::io has no io_uring backend");
 }
 
 }  // namespace

@@ -99,5 +99,10 @@ inline limits until(std::chrono::steady_clock::time_point t, std::stop_token sto
 enum class backend { io_uring, epoll };
 backend current_backend();
 const char* backend_name(backend b) noexcept;
+// Whether this build of spindle::io has the backend: epoll always; io_uring
+// where liburing was found at build time (CMake option
+// SPINDLE_WITH_IO_URING, on by default). Without it the process uses epoll,
+// and SPINDLE_IO=uring stops the program with a message.
+bool backend_built(backend b) noexcept;
 
 }  // namespace spindle::io
