@@ -8,6 +8,9 @@
 #     the host with the cross compiler;
 #   - the switch, generator, fiber, migration (2-8 workers), pinning,
 #     backtrace, landing-pad, stack, CES mutex and TCLock tests;
+#   - the fiber I/O tests, on epoll (the cross builds have no target
+#     liburing, so spindle::io is built with epoll alone), and spindle-kv's
+#     protocol and store tests;
 #   - the examples end to end, as a user would run them (example.*: exit
 #     status 0 and the output a user should see).
 # Nothing here runs a program itself: CMake and ctest do it all, so
