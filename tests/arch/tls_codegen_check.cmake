@@ -4,15 +4,18 @@
 # A fiber may resume on another thread, and compilers treat the thread
 # pointer as constant within a function, so spindle reaches its
 # thread-locals only through SPINDLE_FRESH_TLS_ADDRESS, an asm statement.
-# This script compiles the runtime, the sync layer and tls_probe.cpp (the
-# inline fast paths a user's loop can contain) to assembly, and fails if any
+# This script compiles the runtime, the sync layer, the I/O layer and
+# tls_probe.cpp (the inline fast paths a user's loop can contain) to
+# assembly, and fails if any
 # line outside an inline-asm block (#APP ... #NO_APP) touches the thread
 # pointer or a TLS relocation: then the compiler itself computed a
 # thread-local's address, and could reuse it after a switch.
 #
-#   cmake -DCXX=<compiler> [-DCXX_FLAGS="<flags>"] -DROOT=<source dir>
+#   cmake -DCXX=<compiler> [-DCXX_FLAGS="<flags>"] [-DIO_URING=1] -DROOT=<source dir>
 #         -DOUT=<dir> -P tls_codegen_check.cmake
 #
+# IO_URING=1: the target has liburing, so the I/O layer's io_uring backend
+# is compiled too (else the I/O sources as an epoll-only build has them).
 # CXX_FLAGS may add a target (--target=aarch64-linux-gnu); every source is
 # compiled at -O1, -O2 and -O3 (the register allocator and the inliner decide
 # differently at each).
@@ -24,7 +27,13 @@ foreach(v CXX ROOT OUT)
 endforeach()
 separate_arguments(extra UNIX_COMMAND "${CXX_FLAGS}")
 separate_arguments(cxx UNIX_COMMAND "${CXX}")
-file(GLOB sources ${ROOT}/src/runtime/*.cpp ${ROOT}/src/sync/*.cpp)
+file(GLOB sources ${ROOT}/src/runtime/*.cpp ${ROOT}/src/sync/*.cpp ${ROOT}/src/io/*.cpp)
+if(IO_URING)
+  list(APPEND extra -DSPINDLE_IO_URING=1)
+else()
+  list(REMOVE_ITEM sources ${ROOT}/src/io/uring.cpp)
+  list(APPEND extra -DSPINDLE_IO_URING=0)
+endif()
 list(APPEND sources ${ROOT}/tests/arch/tls_probe.cpp)
 file(MAKE_DIRECTORY ${OUT})
 
@@ -34,7 +43,10 @@ file(MAKE_DIRECTORY ${OUT})
 #                              (out of line: each call reads the thread pointer)
 #   current_local_table*       fiber_local's table for plain threads, taken
 #                              only when no fiber runs (runtime/fiber_local.hpp)
-set(allowed "^(__tls_init|_ZTH.*|_ZTW.*|_ZN7spindle6detail19current_local_tableEv|_ZN7spindle6detail26current_local_table_if_anyEv)$")
+#   io::detail::thread_await,  a plain thread's wait in poll(2), with its
+#   thread_stop_fd             eventfd for stop requests (src/io/backend.cpp):
+#                              perform() calls it only when no fiber runs
+set(allowed "^(__tls_init|_ZTH.*|_ZTW.*|_ZN7spindle6detail19current_local_tableEv|_ZN7spindle6detail26current_local_table_if_anyEv|_ZN7spindle2io6detail12thread_await.*|_ZN7spindle2io6detail12_GLOBAL__N_114thread_stop_fdEv)$")
 
 set(failures 0)
 set(checked 0)
