@@ -6,16 +6,17 @@
 # thread-locals only through SPINDLE_FRESH_TLS_ADDRESS, an asm statement.
 # This script compiles the runtime, the sync layer, the I/O layer and
 # tls_probe.cpp (the inline fast paths a user's loop can contain) to
-# assembly, and fails if any
-# line outside an inline-asm block (#APP ... #NO_APP) touches the thread
-# pointer or a TLS relocation: then the compiler itself computed a
-# thread-local's address, and could reuse it after a switch.
+# assembly, and fails if any line outside an inline-asm block (#APP ...
+# #NO_APP) touches the thread pointer or a TLS relocation: then the
+# compiler itself computed a thread-local's address, and could reuse it
+# after a switch.
 #
 #   cmake -DCXX=<compiler> [-DCXX_FLAGS="<flags>"] [-DIO_URING=1] -DROOT=<source dir>
 #         -DOUT=<dir> -P tls_codegen_check.cmake
 #
 # IO_URING=1: the target has liburing, so the I/O layer's io_uring backend
-# is compiled too (else the I/O sources as an epoll-only build has them).
+# is compiled too; otherwise the I/O sources are compiled as an epoll-only
+# build has them.
 # CXX_FLAGS may add a target (--target=aarch64-linux-gnu); every source is
 # compiled at -O1, -O2 and -O3 (the register allocator and the inliner decide
 # differently at each).
