@@ -63,7 +63,8 @@
 // Workloads:
 //   pingpong_64b       64-byte messages, C in {1, 64, 1000}, WORKERS = 1,
 //                      server and generator pinned one CPU each (quick: all
-//                      three; --conns LIST)
+//                      three, 7 rounds at 64 connections and 3 at the
+//                      others; --conns LIST)
 //   pingpong_4k        the same with 4 KiB messages (--full)
 //   pingpong_2workers  64 B, 64 connections, WORKERS = 2, nothing pinned
 //                      (--full; tokio_current_thread has one thread by
@@ -272,6 +273,11 @@ struct pingpong_point {
     std::string workload;
     unsigned conns, size, workers;
     bool pinned;
+    // Rounds in quick mode. The point that holds issue 20's "within 10 % of
+    // the C loop" targets takes more: on a shared two-CPU host one 0.5 s
+    // round of one server against the same round of another ranges over
+    // 0.6-1.3x, and three of them decided the target either way.
+    int quick_reps = 3;
 };
 
 // One measurement's figures besides rtt_per_s.
@@ -352,7 +358,7 @@ void bench_pingpong(harness& h, const run_options& o, const std::vector<server_k
         measured_kinds.push_back(&k);
     }
     if (vs.empty()) return;
-    const int reps = h.reps(3, 7);
+    const int reps = h.reps(pt.quick_reps, 7);
     const std::vector<summary> res = h.compare(pt.workload, ps, {"rtt_per_s", true}, vs, reps);
     if (h.replaying()) return;
     // The same runs' other figures (none for a variant that hung or was
@@ -831,7 +837,7 @@ int main(int argc, char** argv) {
 
     std::vector<unsigned> cs = o.conns.empty() ? std::vector<unsigned>{64, 1, 1000} : o.conns;
     if (h.wants("pingpong_64b"))
-        for (unsigned c : cs) bench_pingpong(h, o, kinds, {"pingpong_64b", c, 64, 1, true});
+        for (unsigned c : cs) bench_pingpong(h, o, kinds, {"pingpong_64b", c, 64, 1, true, c == 64 ? 7 : 3});
     if (h.full() && h.wants("pingpong_4k"))
         for (unsigned c : cs) bench_pingpong(h, o, kinds, {"pingpong_4k", c, 4096, 1, true});
     if (h.full() && h.wants("pingpong_2workers")) bench_pingpong(h, o, kinds, {"pingpong_2workers", 64, 64, 2, false});
