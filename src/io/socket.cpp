@@ -38,15 +38,16 @@ std::error_code last_error() noexcept { return {errno, std::system_category()}; 
 // ---- the operations -------------------------------------------------------
 
 // The non-blocking calls below go to the kernel with syscall(2), not
-// through libc's recv, send, sendmsg, recvmsg and accept4. In a process with
-// more than one thread, which every spindle process is (its workers), glibc
-// brackets each of those with __pthread_enable/disable_asynccancel to make
-// it a cancellation point: a lock cmpxchg apiece, four per echo round trip
-// (callgrind of the echo server on epoll: 980 user-space instructions per
-// round trip with them, 894 without). These calls never block (MSG_DONTWAIT, a
-// non-blocking listener), so a pthread_cancel has no wait of theirs to end;
-// the waits are poll(2) and epoll_wait, which stay libc's. Under a
-// sanitizer they stay libc's too: its interceptors check the buffers and
+// through libc's recv, send, sendmsg, recvmsg and accept4. In a process
+// with more than one thread, which every spindle process is (its workers),
+// glibc brackets each of those with __pthread_enable/disable_asynccancel
+// to make it a cancellation point: a lock cmpxchg apiece, four per echo
+// round trip (callgrind of the echo server on epoll: 980 user-space
+// instructions per round trip with them, 894 without). These calls never
+// block (MSG_DONTWAIT; every socket spindle holds is non-blocking, adopted
+// ones made so), so a pthread_cancel has no wait of theirs to end; the
+// waits are poll(2) and epoll_wait, which stay libc's. Under a sanitizer
+// they stay libc's too: its interceptors check the buffers and
 // (ThreadSanitizer) order the descriptor's users.
 #if SPINDLE_ASAN || SPINDLE_TSAN
 ssize_t nb_recv(int fd, void* buf, std::size_t len, int flags) { return ::recv(fd, buf, len, flags); }
