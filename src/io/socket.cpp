@@ -6,7 +6,6 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sched.h>
-#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -18,6 +17,7 @@
 
 #include <spindle/arch/config.hpp>
 #include <spindle/io/socket.hpp>
+#include <spindle/locks/detail/futex.hpp>  // raw_syscall6
 #include <spindle/io/wait.hpp>
 #include <spindle/runtime/fiber.hpp>
 
@@ -37,53 +37,59 @@ std::error_code last_error() noexcept { return {errno, std::system_category()}; 
 
 // ---- the operations -------------------------------------------------------
 
-// The non-blocking calls below go to the kernel with syscall(2), not
-// through libc's recv, send, sendmsg, recvmsg and accept4. In a process
-// with more than one thread, which every spindle process is (its workers),
-// glibc brackets each of those with __pthread_enable/disable_asynccancel
-// to make it a cancellation point: a lock cmpxchg apiece, four per echo
-// round trip (callgrind of the echo server on epoll: 980 user-space
-// instructions per round trip with them, 894 without). These calls never
-// block (MSG_DONTWAIT; every socket spindle holds is non-blocking, adopted
-// ones made so), so a pthread_cancel has no wait of theirs to end; the
-// waits are poll(2) and epoll_wait, which stay libc's. Under a sanitizer
-// they stay libc's too: its interceptors check the buffers and
+// The non-blocking calls below go to the kernel with the system call
+// instruction itself (raw_syscall6, locks/detail/futex.hpp: the kernel's
+// result, >= 0 or -errno), not through libc's recv, send, sendmsg, recvmsg
+// and accept4. In a process with more than one thread, which every spindle
+// process is (its workers), glibc brackets each of those with
+// __pthread_enable/disable_asynccancel to make it a cancellation point: a
+// lock cmpxchg apiece, four per echo round trip (callgrind of the echo
+// server on epoll: 980 user-space instructions per round trip with them,
+// 894 through libc's syscall(2), 852 this way). These calls never block
+// (MSG_DONTWAIT; every socket spindle holds is non-blocking, adopted ones
+// made so), so a pthread_cancel has no wait of theirs to end; the waits
+// are poll(2) and epoll_wait, which stay libc's. Under a sanitizer they
+// stay libc's too: its interceptors check the buffers and
 // (ThreadSanitizer) order the descriptor's users.
 #if SPINDLE_ASAN || SPINDLE_TSAN
-ssize_t nb_recv(int fd, void* buf, std::size_t len, int flags) { return ::recv(fd, buf, len, flags); }
-ssize_t nb_send(int fd, const void* buf, std::size_t len, int flags) { return ::send(fd, buf, len, flags); }
-ssize_t nb_sendmsg(int fd, const msghdr* m, int flags) { return ::sendmsg(fd, m, flags); }
-ssize_t nb_recvmsg(int fd, msghdr* m, int flags) { return ::recvmsg(fd, m, flags); }
-int nb_accept4(int fd, sockaddr* a, socklen_t* len, int flags) { return ::accept4(fd, a, len, flags); }
+int nb_recv(int fd, void* buf, std::size_t len, int flags) { return neg_errno(::recv(fd, buf, len, flags)); }
+int nb_send(int fd, const void* buf, std::size_t len, int flags) { return neg_errno(::send(fd, buf, len, flags)); }
+int nb_sendmsg(int fd, const msghdr* m, int flags) { return neg_errno(::sendmsg(fd, m, flags)); }
+int nb_recvmsg(int fd, msghdr* m, int flags) { return neg_errno(::recvmsg(fd, m, flags)); }
+int nb_accept4(int fd, sockaddr* a, socklen_t* len, int flags) { return neg_errno(::accept4(fd, a, len, flags)); }
 #else
-// (Each argument widened to long: syscall(2) is variadic and reads
-// whole registers.)
-ssize_t nb_recv(int fd, void* buf, std::size_t len, int flags) {
-    return ::syscall(SYS_recvfrom, long{fd}, buf, len, long{flags}, nullptr, nullptr);
+using spindle::detail::raw_syscall6;
+long arg(const void* p) noexcept { return reinterpret_cast<long>(p); }
+int nb_recv(int fd, void* buf, std::size_t len, int flags) {
+    return static_cast<int>(raw_syscall6(SYS_recvfrom, fd, arg(buf), static_cast<long>(len), flags, 0, 0));
 }
-ssize_t nb_send(int fd, const void* buf, std::size_t len, int flags) {
-    return ::syscall(SYS_sendto, long{fd}, buf, len, long{flags}, nullptr, 0L);
+int nb_send(int fd, const void* buf, std::size_t len, int flags) {
+    return static_cast<int>(raw_syscall6(SYS_sendto, fd, arg(buf), static_cast<long>(len), flags, 0, 0));
 }
-ssize_t nb_sendmsg(int fd, const msghdr* m, int flags) { return ::syscall(SYS_sendmsg, long{fd}, m, long{flags}); }
-ssize_t nb_recvmsg(int fd, msghdr* m, int flags) { return ::syscall(SYS_recvmsg, long{fd}, m, long{flags}); }
+int nb_sendmsg(int fd, const msghdr* m, int flags) {
+    return static_cast<int>(raw_syscall6(SYS_sendmsg, fd, arg(m), flags, 0, 0, 0));
+}
+int nb_recvmsg(int fd, msghdr* m, int flags) {
+    return static_cast<int>(raw_syscall6(SYS_recvmsg, fd, arg(m), flags, 0, 0, 0));
+}
 int nb_accept4(int fd, sockaddr* a, socklen_t* len, int flags) {
-    return static_cast<int>(::syscall(SYS_accept4, long{fd}, a, len, long{flags}));
+    return static_cast<int>(raw_syscall6(SYS_accept4, fd, arg(a), arg(len), flags, 0, 0));
 }
 #endif
 
-int sys_recv(op_spec& o) { return neg_errno(nb_recv(o.fd, o.buf, o.len, MSG_DONTWAIT)); }
+int sys_recv(op_spec& o) { return nb_recv(o.fd, o.buf, o.len, MSG_DONTWAIT); }
 SPINDLE_IO_URING_FORM(prep_recv, { io_uring_prep_recv(s, o.fd, o.buf, o.len, 0); })
 
-int sys_send(op_spec& o) { return neg_errno(nb_send(o.fd, o.buf, o.len, MSG_DONTWAIT | MSG_NOSIGNAL)); }
+int sys_send(op_spec& o) { return nb_send(o.fd, o.buf, o.len, MSG_DONTWAIT | MSG_NOSIGNAL); }
 SPINDLE_IO_URING_FORM(prep_send, { io_uring_prep_send(s, o.fd, o.buf, o.len, MSG_NOSIGNAL); })
 
-int sys_sendmsg(op_spec& o) { return neg_errno(nb_sendmsg(o.fd, o.msg, MSG_DONTWAIT | MSG_NOSIGNAL)); }
+int sys_sendmsg(op_spec& o) { return nb_sendmsg(o.fd, o.msg, MSG_DONTWAIT | MSG_NOSIGNAL); }
 SPINDLE_IO_URING_FORM(prep_sendmsg, { io_uring_prep_sendmsg(s, o.fd, o.msg, MSG_NOSIGNAL); })
 
-int sys_recvmsg(op_spec& o) { return neg_errno(nb_recvmsg(o.fd, o.msg, MSG_DONTWAIT)); }
+int sys_recvmsg(op_spec& o) { return nb_recvmsg(o.fd, o.msg, MSG_DONTWAIT); }
 SPINDLE_IO_URING_FORM(prep_recvmsg, { io_uring_prep_recvmsg(s, o.fd, o.msg, 0); })
 
-int sys_accept(op_spec& o) { return neg_errno(nb_accept4(o.fd, o.addr, o.addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC)); }
+int sys_accept(op_spec& o) { return nb_accept4(o.fd, o.addr, o.addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC); }
 SPINDLE_IO_URING_FORM(prep_accept, {
     io_uring_prep_accept(s, o.fd, o.addr, o.addrlen, SOCK_NONBLOCK | SOCK_CLOEXEC);
 })
