@@ -818,6 +818,11 @@ std::size_t trim_stack_pool(std::size_t max_unmaps) noexcept {
     return pool == nullptr ? 0 : pool->trim(max_unmaps);
 }
 
+void end_stack_pool_deferral() noexcept {
+    (void)trim_stack_pool(SIZE_MAX);
+    t_pool_deferred = false;
+}
+
 void set_stack_owner(const stack_region& s, stack_owner kind, std::uint64_t id) noexcept {
     registry_slot& slot = slot_at(s.slot);
     // Relaxed: read by the SIGSEGV handler of the thread that runs on this

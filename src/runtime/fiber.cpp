@@ -92,6 +92,11 @@ void bad_worker_index(int index, unsigned workers) {
 }
 
 void submit_new_fiber(scheduler_state* s, fiber_ctx* c, int on_worker) noexcept {
+    // relaxed: a misuse check (see run_phase), not synchronization.
+    if (s->caller_is_worker && s->run_phase.load(std::memory_order_relaxed) == 2) [[unlikely]]
+        fatal("spindle::scheduler %p: spawn() after run() returned; its workers have stopped and fiber %llu "
+              "would never run",
+              s->owner, static_cast<unsigned long long>(c->id));
     // Before the fiber is published, so its own decrement cannot come first.
     s->live.fetch_add(1, std::memory_order_seq_cst);
     worker* w = current_worker();

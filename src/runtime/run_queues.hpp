@@ -25,7 +25,14 @@ namespace spindle::detail {
 
 struct scheduler_state {
     std::vector<std::unique_ptr<worker>> workers;
-    std::vector<std::thread> threads;
+    std::vector<std::thread> threads;  // workers[0]'s thread is the caller's where caller_is_worker
+    const void* owner = nullptr;  // the scheduler object, for messages
+    bool caller_is_worker = false;  // options::caller_is_worker; written before the workers start
+    // caller_is_worker: 0 before run(), 1 in it, 2 after. Its exchange
+    // makes two run() calls see each other; spawn() reads it relaxed, to
+    // catch a spawn after run() (a misuse, not a protocol: a spawn racing
+    // the end of run() is caught or not).
+    std::atomic<int> run_phase{0};
     std::size_t stack_size = default_stack_size;
     std::int64_t io_spin_ns = 0;  // options::io_spin; written before the workers start
     std::int64_t io_slice_ns = 0;  // options::io_slice; likewise

@@ -4,6 +4,9 @@
 #include <spindle/runtime/scheduler.hpp>
 
 #include <spindle/arch/fatal.hpp>
+#include <spindle/memory/stack.hpp>
+
+#include <sys/prctl.h>
 
 #include <atomic>
 #include <memory>
@@ -40,6 +43,8 @@ using detail::fatal;
 
 scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
     std::unique_ptr<detail::scheduler_state> s(state_);
+    s->owner = this;
+    s->caller_is_worker = opts.caller_is_worker;
     unsigned n = opts.workers != 0 ? opts.workers : std::thread::hardware_concurrency();
     if (n == 0) n = 1;
     s->stack_size = opts.stack_size != 0 ? opts.stack_size : detail::default_stack_size_from_env();
@@ -66,7 +71,7 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
         s->workers.push_back(std::move(w));
     }
     try {
-        for (unsigned i = 0; i < n; ++i)
+        for (unsigned i = opts.caller_is_worker ? 1 : 0; i < n; ++i)
             s->threads.emplace_back(detail::run_worker_thread, s->workers[i].get());
     } catch (...) {
         // Stop the workers already started (they have no fibers) and report.
@@ -79,10 +84,40 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
     s.release();
 }
 
+void scheduler::run() {
+    detail::scheduler_state* s = state_;
+    if (!s->caller_is_worker)
+        fatal("spindle::scheduler %p: run() without options::caller_is_worker; its workers are its own threads, "
+              "and ~scheduler() waits for the fibers",
+              static_cast<const void*>(this));
+    if (detail::current_worker() != nullptr)
+        fatal("spindle::scheduler %p: run() from fiber %llu; only a plain thread can become a worker",
+              static_cast<const void*>(this), static_cast<unsigned long long>(detail::running_fiber()->id));
+    // acq_rel: a second run() sees the first's phase, whichever thread it is on.
+    if (int was = s->run_phase.exchange(1, std::memory_order_acq_rel); was != 0)
+        fatal("spindle::scheduler %p: run() called twice (the first has %s); a scheduler runs once",
+              static_cast<const void*>(this), was == 1 ? "not returned yet" : "returned");
+    // From here the workers stop once no fiber is left, as in ~scheduler.
+    // seq_cst pairs with should_stop()'s loads and finish_fiber's decrement.
+    s->stopping.store(true, std::memory_order_seq_cst);
+    detail::wake_all_workers(s);  // nothing left at all: the others stop now
+    // The worker loop sets this thread's timer slack (io_slice); it is the
+    // caller's again afterwards.
+    const int slack = ::prctl(PR_GET_TIMERSLACK, 0UL, 0UL, 0UL, 0UL);
+    detail::run_worker_thread(s->workers[0].get());
+    if (slack > 0) ::prctl(PR_SET_TIMERSLACK, static_cast<unsigned long>(slack), 0UL, 0UL, 0UL);
+    detail::end_stack_pool_deferral();  // the surplus a worker keeps goes now
+    for (auto& t : s->threads) t.join();
+    s->threads.clear();
+    s->run_phase.store(2, std::memory_order_relaxed);  // read by spawn() only to report misuse
+}
+
 scheduler::~scheduler() {
     if (detail::current_scheduler_state() == state_)
         fatal("scheduler destroyed from its own fiber %llu; it would wait for itself forever",
               static_cast<unsigned long long>(detail::running_fiber()->id));
+    // relaxed: this thread's own run() stored it, or no thread did.
+    if (state_->caller_is_worker && state_->run_phase.load(std::memory_order_relaxed) == 0) run();
     // seq_cst pairs with should_stop()'s loads and finish_fiber's decrement.
     state_->stopping.store(true, std::memory_order_seq_cst);
     detail::wake_all_workers(state_);

@@ -81,13 +81,16 @@ inline void make_engines(spindle::scheduler& s) {
 }
 
 // Where a test's bodies run.
-enum class where { one_worker, two_workers, threads };
+// caller: fibers of a one-worker scheduler whose worker is the test's own
+// thread (scheduler::options::caller_is_worker).
+enum class where { one_worker, two_workers, threads, caller };
 
 inline const char* where_name(where w) {
     switch (w) {
     case where::one_worker: return "fibers_1worker";
     case where::two_workers: return "fibers_2workers";
     case where::threads: return "threads";
+    case where::caller: return "fibers_caller";
     }
     return "?";
 }
@@ -106,9 +109,10 @@ inline void run_together(where w, std::vector<std::function<void()>> bodies) {
         for (auto& t : ts) t.join();
         return;
     }
-    scheduler sched({.workers = w == where::one_worker ? 1u : 2u});
+    scheduler sched({.workers = w == where::two_workers ? 2u : 1u, .caller_is_worker = w == where::caller});
     std::vector<fiber> fs;
     for (auto& b : bodies) fs.push_back(sched.spawn(b));
+    if (w == where::caller) sched.run();
     for (auto& f : fs) f.join();
 }
 

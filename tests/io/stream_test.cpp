@@ -297,6 +297,11 @@ INSTANTIATE_TEST_SUITE_P(All, IoStream,
                                                               kind::unix_abstract),
                                             ::testing::ValuesIn(all_places)),
                          kind_where_name);
+// The same on a worker that is the test's own thread.
+INSTANTIATE_TEST_SUITE_P(Caller, IoStream,
+                         ::testing::Combine(::testing::Values(kind::tcp4, kind::unix_path),
+                                            ::testing::Values(where::caller)),
+                         kind_where_name);
 
 // ---- not parameterized -----------------------------------------------------------
 

@@ -210,5 +210,6 @@ TEST_P(IoWait, NothingLeftRegistered) {
 }
 
 INSTANTIATE_TEST_SUITE_P(All, IoWait, ::testing::ValuesIn(all_places), where_param_name);
+INSTANTIATE_TEST_SUITE_P(Caller, IoWait, ::testing::Values(where::caller), where_param_name);
 
 }  // namespace

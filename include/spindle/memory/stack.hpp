@@ -200,6 +200,9 @@ void defer_stack_pool_trim() noexcept;
 // Unmaps up to `max_unmaps` of the oldest stacks this thread pooled beyond
 // stack_pool_capacity; returns how many. 0 on threads that do not defer.
 std::size_t trim_stack_pool(std::size_t max_unmaps) noexcept;
+// Unmaps all of that surplus, and the calling thread no longer defers: for
+// a thread that was a worker for a while (scheduler::run()).
+void end_stack_pool_deferral() noexcept;
 
 // Record who runs on this stack, for the overflow message. Two relaxed atomic
 // stores into the registry slot: the handler that reads them runs on the

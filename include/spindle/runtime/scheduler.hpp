@@ -18,11 +18,25 @@
 // waiter to the unlocker's worker. A fiber woken by another thread goes back
 // to the worker it last ran on.
 //
+// Or, like an event loop's run(), on the thread that calls it
+// (options::caller_is_worker): that thread is worker 0, and a one-worker
+// scheduler starts no thread at all.
+//
+//     spindle::scheduler sched({.workers = 1, .caller_is_worker = true});
+//     sched.run([] { serve(); });  // returns when every fiber has finished
+//
 // Contract:
 //   spawn() from any thread or fiber          starts a fiber, returns its handle
 //   ~scheduler() from outside its fibers      waits for all fibers, joins workers
 //   ~scheduler() from one of its own fibers   aborts with a message (deadlock)
 //   a fiber that never finishes               makes ~scheduler() wait forever
+//   caller_is_worker:
+//     run() from a plain thread, once         runs worker 0 there until every
+//                                             fiber has finished, then stops
+//                                             the other workers
+//     ~scheduler() before run()               runs it (the fibers finish)
+//     run() again, from a fiber, or without   aborts with a message naming
+//       caller_is_worker; spawn() after run()   the scheduler
 #pragma once
 
 #include <chrono>
@@ -78,6 +92,14 @@ public:
         // it by one poll interval. Zero: never pause; at most one minute.
         // Non-zero also sets the worker threads' timer slack to 1 us.
         std::chrono::microseconds io_slice{400};
+        // Worker 0 is the thread that calls run() (or ~scheduler()), and
+        // the scheduler starts workers - 1 threads. Fibers spawned before
+        // run() wait for it (or for the other workers). With one worker the
+        // process needs no thread beyond its own, as with an event loop
+        // run on main(); the kernel then takes no reference on a file for
+        // each socket call (fdget), which it must where threads share the
+        // descriptor table.
+        bool caller_is_worker = false;
     };
 
     scheduler() : scheduler(options{}) {}
@@ -92,6 +114,20 @@ public:
         fiber f;
         f.start(state_, std::forward<Fn>(fn), opts);
         return f;
+    }
+
+    // With options::caller_is_worker: the calling thread (a plain thread,
+    // not a fiber) becomes worker 0 and runs fibers until every fiber of
+    // this scheduler has finished; then the other workers exit and run()
+    // returns. Once per scheduler; spawn() after it aborts.
+    void run();
+    // spawn(fn), run(), then that fiber's join(): rethrows what fn threw.
+    template <class Fn>
+        requires std::is_invocable_v<std::decay_t<Fn>&>
+    void run(Fn&& fn) {
+        fiber f = spawn(std::forward<Fn>(fn));
+        run();
+        f.join();
     }
 
     // Number of worker threads.
