@@ -4,6 +4,8 @@
 //   spindle_io_server PORT WORKERS
 //
 // Stream echo, as every server of the suite: whatever arrives goes back.
+// main()'s thread is worker 0 (caller_is_worker), as the C loops and a
+// current-thread tokio runtime run on theirs: one worker, one thread.
 #include <cstdio>
 #include <cstdlib>
 
@@ -19,13 +21,13 @@ int main(int argc, char** argv) {
     }
     auto port = static_cast<std::uint16_t>(std::atoi(argv[1]));
     unsigned workers = static_cast<unsigned>(std::atoi(argv[2]));
-    spindle::scheduler sched({.workers = workers});
+    spindle::scheduler sched({.workers = workers, .caller_is_worker = true});
     auto l = io::listener::bind(io::endpoint::loopback_v4(port), {.backlog = 4096});
     if (!l) {
         std::fprintf(stderr, "spindle_io_server: port %u: %s\n", unsigned{port}, l.error().message().c_str());
         return 1;
     }
-    sched.spawn([&] {
+    sched.run([&] {
         for (;;) {
             auto s = l->accept();
             if (!s) {
@@ -44,6 +46,6 @@ int main(int argc, char** argv) {
                 }
             }, {.stack_size = 16 * 1024}).detach();
         }
-    }).join();
+    });
     return 0;
 }
