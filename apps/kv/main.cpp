@@ -20,7 +20,8 @@
 // asks the accept fiber to stop (its accept() returns), then every
 // connection fiber (their reads and writes return operation_canceled; a
 // connection in the middle of a command is cut there), and closes the parked
-// connections; ~scheduler() waits for the fibers, and the process exits 0.
+// connections; scheduler::run() (main()'s thread is worker 0) returns once
+// the fibers have finished, and the process exits 0.
 #include <getopt.h>
 #include <signal.h>
 #include <sys/epoll.h>
@@ -536,60 +537,66 @@ int main(int argc, char** argv) {
     int rc = 0;
     {
         server srv(ctx);  // outlives the scheduler, whose end waits for the connections' fibers
-        spindle::scheduler sched({.workers = threads});
+        // main()'s thread is worker 0: with -t 1 the server is one thread.
+        spindle::scheduler sched({.workers = threads, .caller_is_worker = true});
         srv.sched = &sched;
         std::printf("spindle-kv: listening on %s (%s, %u workers, %zu MiB, -c %zu)\n",
                     l->local_endpoint()->to_string().c_str(), io::backend_name(io::current_backend()), sched.workers(),
                     memory_mib, max_conns);
         std::fflush(stdout);
 
-        spindle::fiber acceptor = sched.spawn([&] {
-            for (;;) {
-                auto s = l->accept();
-                if (!s) {
-                    if (s.error() == std::errc::operation_canceled) return;  // shutdown
-                    if (s.error() == std::errc::too_many_files_open || s.error() == std::errc::too_many_files_open_in_system) {
-                        if (verbose) std::fprintf(stderr, "spindle-kv: accept: %s; retrying\n", s.error().message().c_str());
-                        if (!spindle::this_fiber::sleep_for(std::chrono::milliseconds(10))) return;
-                        continue;
+        // The start-up fiber, on this thread; run() returns when it and
+        // the connections' fibers have finished.
+        sched.run([&] {
+            spindle::fiber acceptor = sched.spawn([&] {
+                for (;;) {
+                    auto s = l->accept();
+                    if (!s) {
+                        if (s.error() == std::errc::operation_canceled) return;  // shutdown
+                        if (s.error() == std::errc::too_many_files_open ||
+                            s.error() == std::errc::too_many_files_open_in_system) {
+                            if (verbose)
+                                std::fprintf(stderr, "spindle-kv: accept: %s; retrying\n", s.error().message().c_str());
+                            if (!spindle::this_fiber::sleep_for(std::chrono::milliseconds(10))) return;
+                            continue;
+                        }
+                        std::fprintf(stderr, "spindle-kv: accept: %s\n", s.error().message().c_str());
+                        rc = 1;
+                        return;
                     }
-                    std::fprintf(stderr, "spindle-kv: accept: %s\n", s.error().message().c_str());
-                    rc = 1;
-                    return;
+                    if (ctx.curr_connections() >= max_conns) {
+                        // memcached's answer; the write is small enough for the
+                        // socket buffer, so it never waits.
+                        (void)s->write_all(std::string_view("ERROR Too many open connections\r\n"));
+                        ctx.connection_rejected();
+                        continue;  // ~stream closes it
+                    }
+                    if (!srv.add(std::move(*s))) return;
                 }
-                if (ctx.curr_connections() >= max_conns) {
-                    // memcached's answer; the write is small enough for the
-                    // socket buffer, so it never waits.
-                    (void)s->write_all(std::string_view("ERROR Too many open connections\r\n"));
-                    ctx.connection_rejected();
-                    continue;  // ~stream closes it
+            });
+            spindle::fiber watcher = sched.spawn([&] { srv.watch(); });
+            spindle::fiber sweeper = sched.spawn([&] { srv.sweep(); });
+
+            std::stop_source accept_stop = acceptor.get_stop_source();
+            spindle::fiber signals = sched.spawn([&] {
+                for (;;) {
+                    if (io::wait_readable(sfd)) return;  // stop requested: the acceptor ended on its own
+                    signalfd_siginfo si;
+                    if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
                 }
-                if (!srv.add(std::move(*s))) return;
-            }
-        });
-        spindle::fiber watcher = sched.spawn([&] { srv.watch(); });
-        spindle::fiber sweeper = sched.spawn([&] { srv.sweep(); });
+                accept_stop.request_stop();
+                srv.shutdown();
+            });
 
-        std::stop_source accept_stop = acceptor.get_stop_source();
-        spindle::fiber signals = sched.spawn([&] {
-            for (;;) {
-                if (io::wait_readable(sfd)) return;  // stop requested: the acceptor ended on its own
-                signalfd_siginfo si;
-                if (::read(sfd, &si, sizeof si) == static_cast<ssize_t>(sizeof si)) break;
-            }
-            accept_stop.request_stop();
-            srv.shutdown();
+            acceptor.join();
+            signals.request_stop();
+            signals.join();
+            srv.shutdown();  // (again, harmlessly, after a signal; an acceptor that failed leaves connections running)
+            watcher.request_stop();
+            sweeper.request_stop();
+            watcher.join();
+            sweeper.join();
         });
-
-        acceptor.join();
-        signals.request_stop();
-        signals.join();
-        srv.shutdown();  // (again, harmlessly, after a signal; an acceptor that failed leaves connections running)
-        watcher.request_stop();
-        sweeper.request_stop();
-        watcher.join();
-        sweeper.join();
-        // ~scheduler() waits for the connection fibers to leave.
     }
     ::close(sfd);
     if (verbose) std::fprintf(stderr, "spindle-kv: stopped\n");
