@@ -3,7 +3,9 @@
 //   example_echo_server [port] [workers]     (port 0: any free port)
 //
 // It prints the address it listens on, then serves until killed. A full
-// descriptor table (EMFILE) is reported and retried, never fatal.
+// descriptor table (EMFILE) is reported and retried, never fatal. main()'s
+// own thread is worker 0 (caller_is_worker), as in an event loop: with one
+// worker the server is a single thread.
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +18,7 @@ namespace io = spindle::io;
 int main(int argc, char** argv) {
     auto port = static_cast<std::uint16_t>(argc > 1 ? std::atoi(argv[1]) : 7000);
     unsigned workers = argc > 2 ? static_cast<unsigned>(std::atoi(argv[2])) : 1;
-    spindle::scheduler sched({.workers = workers});
+    spindle::scheduler sched({.workers = workers, .caller_is_worker = true});
     auto l = io::listener::bind(io::endpoint::loopback_v4(port));
     if (!l) {
         std::fprintf(stderr, "echo_server: cannot listen on port %u: %s\n", unsigned{port}, l.error().message().c_str());
@@ -25,7 +27,7 @@ int main(int argc, char** argv) {
     std::printf("echo_server: listening on %s (%s, %u workers)\n", l->local_endpoint()->to_string().c_str(),
                 io::backend_name(io::current_backend()), sched.workers());
     std::fflush(stdout);
-    sched.spawn([&] {
+    sched.run([&] {  // returns when every fiber has finished
         for (;;) {
             auto s = l->accept();
             if (!s) {
@@ -47,6 +49,6 @@ int main(int argc, char** argv) {
                 }
             }).detach();
         }
-    }).join();
+    });
     return 0;
 }
