@@ -536,7 +536,7 @@ int main(int argc, char** argv) {
                                    .use_cas = use_cas});
     int rc = 0;
     {
-        server srv(ctx);  // outlives the scheduler, whose end waits for the connections' fibers
+        server srv(ctx);  // outlives the scheduler, whose run() waits for the connections' fibers
         // main()'s thread is worker 0: with -t 1 the server is one thread.
         spindle::scheduler sched({.workers = threads, .caller_is_worker = true});
         srv.sched = &sched;

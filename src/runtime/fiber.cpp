@@ -105,9 +105,15 @@ void submit_new_fiber(scheduler_state* s, fiber_ctx* c, int on_worker) noexcept 
         push_local(w, c);
         return;
     }
+    const auto n = static_cast<unsigned>(s->workers.size());
     unsigned i = on_worker >= 0 ? static_cast<unsigned>(on_worker)
-                                : s->next_worker.fetch_add(1, std::memory_order_relaxed) %  // a placement hint
-                                      static_cast<unsigned>(s->workers.size());
+                                : s->next_worker.fetch_add(1, std::memory_order_relaxed) % n;  // a placement hint
+    // Worker 0 of a caller_is_worker scheduler has no thread before run(),
+    // and nobody steals from an inject list: place the fiber where a
+    // thread runs (relaxed: a placement hint; a fiber placed on worker 0
+    // as run() begins runs there).
+    if (on_worker < 0 && i == 0 && n > 1 && s->caller_is_worker && s->run_phase.load(std::memory_order_relaxed) == 0)
+        i = 1 + s->next_worker.load(std::memory_order_relaxed) % (n - 1);
     c->home = s->workers[i].get();
     if (w == c->home && w->current != nullptr)
         push_local(w, c);

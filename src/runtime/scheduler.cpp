@@ -84,6 +84,26 @@ scheduler::scheduler(options opts) : state_(new detail::scheduler_state) {
     s.release();
 }
 
+namespace detail {
+namespace {
+
+// After the workers' threads have left: wait for the wakes still in
+// flight, then destroy the engines (a wake may use one until
+// wakes_in_flight is 0). An epoll engine forgets its sockets'
+// registrations as it goes, so a socket that outlives it registers afresh
+// with whichever worker waits on it next.
+void retire_engines(scheduler_state* s) noexcept {
+    // acquire pairs with inject_push's release decrement.
+    while (s->wakes_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
+    for (auto& w : s->workers)
+        // acq_rel: acquire pairs with the engine's publication (engine_of);
+        // no thread reads w->io any more.
+        if (io_engine* e = w->io.exchange(nullptr, std::memory_order_acq_rel)) e->ops->destroy(e);
+}
+
+}  // namespace
+}  // namespace detail
+
 void scheduler::run() {
     detail::scheduler_state* s = state_;
     if (!s->caller_is_worker)
@@ -93,6 +113,9 @@ void scheduler::run() {
     if (detail::current_worker() != nullptr)
         fatal("spindle::scheduler %p: run() from fiber %llu; only a plain thread can become a worker",
               static_cast<const void*>(this), static_cast<unsigned long long>(detail::running_fiber()->id));
+    // What the worker loop would install, first: past the exchange below
+    // nothing may throw (the fibers waiting for worker 0 would wait forever).
+    detail::install_overflow_handler();
     // acq_rel: a second run() sees the first's phase, whichever thread it is on.
     if (int was = s->run_phase.exchange(1, std::memory_order_acq_rel); was != 0)
         fatal("spindle::scheduler %p: run() called twice (the first has %s); a scheduler runs once",
@@ -109,6 +132,9 @@ void scheduler::run() {
     detail::end_stack_pool_deferral();  // the surplus a worker keeps goes now
     for (auto& t : s->threads) t.join();
     s->threads.clear();
+    // Now, not at ~scheduler: the sockets still open (a listener the
+    // caller holds) must not stay tied to engines no thread runs.
+    detail::retire_engines(s);
     s->run_phase.store(2, std::memory_order_relaxed);  // read by spawn() only to report misuse
 }
 
@@ -117,16 +143,21 @@ scheduler::~scheduler() {
         fatal("scheduler destroyed from its own fiber %llu; it would wait for itself forever",
               static_cast<unsigned long long>(detail::running_fiber()->id));
     // relaxed: this thread's own run() stored it, or no thread did.
-    if (state_->caller_is_worker && state_->run_phase.load(std::memory_order_relaxed) == 0) run();
+    if (state_->caller_is_worker && state_->run_phase.load(std::memory_order_relaxed) == 0) {
+        if (detail::current_worker() != nullptr)
+            fatal("spindle::scheduler %p destroyed before run(), from fiber %llu: with caller_is_worker the "
+                  "destroying thread becomes worker 0 and runs the fibers; call run(), or destroy it, from a "
+                  "plain thread",
+                  static_cast<const void*>(this), static_cast<unsigned long long>(detail::running_fiber()->id));
+        run();
+    }
     // seq_cst pairs with should_stop()'s loads and finish_fiber's decrement.
     state_->stopping.store(true, std::memory_order_seq_cst);
     detail::wake_all_workers(state_);
     for (auto& t : state_->threads) t.join();
-    // A thread that woke one of our fibers may still be finishing its notify.
-    while (state_->wakes_in_flight.load(std::memory_order_acquire) != 0) std::this_thread::yield();
-    // Their engines last: a wake may use one until wakes_in_flight is 0.
-    for (auto& w : state_->workers)
-        if (detail::io_engine* e = w->io.load(std::memory_order_acquire)) e->ops->destroy(e);
+    // A thread that woke one of our fibers may still be finishing its notify;
+    // the engines go after it.
+    detail::retire_engines(state_);
     delete state_;
 }
 

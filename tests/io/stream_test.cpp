@@ -386,6 +386,38 @@ TEST(IoStreamAdopt, Listener) {
     });
 }
 
+// A socket a fiber waited on during a caller_is_worker scheduler's run()
+// outlives it: after run() returned, with that scheduler still alive, a
+// fiber of another scheduler waits on it and sees the data that arrives
+// (its registration went with the first scheduler's engine).
+TEST(IoStreamCaller, ASocketOutlivesTheRunThatWaitedOnIt) {
+    stream_pair p = socket_pair();
+    scheduler first({.workers = 1, .caller_is_worker = true});
+    first.run([&] {
+        std::thread t([&] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+            EXPECT_FALSE(p.b.write_all("x", 1));
+        });
+        char c = 0;
+        auto n = p.a.read_some(&c, 1, patience());  // parks: data comes later
+        ASSERT_TRUE(n) << n.error().message();
+        EXPECT_EQ(c, 'x');
+        t.join();
+    });
+    scheduler second({.workers = 1});
+    std::thread t([&] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        EXPECT_FALSE(p.b.write_all("y", 1));
+    });
+    second.spawn([&] {
+        char c = 0;
+        auto n = p.a.read_some(&c, 1, patience());
+        ASSERT_TRUE(n) << n.error().message();
+        EXPECT_EQ(c, 'y');
+    }).join();
+    t.join();
+}
+
 // result<T>::value() throws std::system_error on an error; the error
 // survives a move of the result.
 TEST(IoResult, ValueAndError) {

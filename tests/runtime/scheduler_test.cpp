@@ -188,6 +188,19 @@ TEST(CallerIsWorker, FibersSpawnedBeforeRunWaitForIt) {
     f.join();
 }
 
+// With more workers, fibers spawned from outside before run() go to the
+// workers that have threads: every one of them runs (and can be joined)
+// before run().
+TEST(CallerIsWorker, FibersSpawnedBeforeRunGoToTheThreads) {
+    scheduler sched({.workers = 3, .caller_is_worker = true});
+    std::atomic<int> ran{0};
+    std::vector<fiber> fs;
+    for (int i = 0; i < 12; ++i) fs.push_back(sched.spawn([&] { ran.fetch_add(1); }));
+    for (auto& f : fs) f.join();  // would hang for a fiber placed on worker 0
+    EXPECT_EQ(ran.load(), 12);
+    sched.run();
+}
+
 // Two workers: the caller and one thread of the scheduler's; the fibers
 // run on those two threads only.
 TEST(CallerIsWorker, TwoWorkersAreTheCallerAndOneThread) {
@@ -286,6 +299,19 @@ TEST(CallerIsWorkerDeath, RunFromAFiberAborts) {
             sched.run([&] { sched.run(); });
         },
         "spindle: spindle::scheduler 0x[0-9a-f]+: run\\(\\) from fiber [0-9]+; only a plain thread");
+}
+
+TEST(CallerIsWorkerDeath, DestroyedBeforeRunFromAFiberAborts) {
+    GTEST_FLAG_SET(death_test_style, "threadsafe");
+    EXPECT_DEATH(
+        {
+            scheduler outer({.workers = 1});
+            outer.spawn([] {
+                scheduler inner({.workers = 1, .caller_is_worker = true});
+                inner.spawn([] {}).detach();
+            }).join();
+        },
+        "spindle: spindle::scheduler 0x[0-9a-f]+ destroyed before run\\(\\), from fiber [0-9]+");
 }
 
 TEST(CallerIsWorkerDeath, SpawnAfterRunAborts) {

@@ -20,7 +20,7 @@
 //
 // Or, like an event loop's run(), on the thread that calls it
 // (options::caller_is_worker): that thread is worker 0, and a one-worker
-// scheduler starts no thread at all.
+// scheduler starts no thread of its own.
 //
 //     spindle::scheduler sched({.workers = 1, .caller_is_worker = true});
 //     sched.run([] { serve(); });  // returns when every fiber has finished
@@ -33,10 +33,12 @@
 //   caller_is_worker:
 //     run() from a plain thread, once         runs worker 0 there until every
 //                                             fiber has finished, then stops
-//                                             the other workers
+//                                             the other workers and closes
+//                                             the I/O engines
 //     ~scheduler() before run()               runs it (the fibers finish)
 //     run() again, from a fiber, or without   aborts with a message naming
-//       caller_is_worker; spawn() after run()   the scheduler
+//       caller_is_worker; spawn() after run();  the scheduler
+//       ~scheduler() before run() from a fiber
 #pragma once
 
 #include <chrono>
@@ -93,12 +95,15 @@ public:
         // Non-zero also sets the worker threads' timer slack to 1 us.
         std::chrono::microseconds io_slice{400};
         // Worker 0 is the thread that calls run() (or ~scheduler()), and
-        // the scheduler starts workers - 1 threads. Fibers spawned before
-        // run() wait for it (or for the other workers). With one worker the
-        // process needs no thread beyond its own, as with an event loop
-        // run on main(); the kernel then takes no reference on a file for
-        // each socket call (fdget), which it must where threads share the
-        // descriptor table.
+        // the scheduler starts workers - 1 threads. Fibers spawned from
+        // outside before run() go to those threads (with one worker, or
+        // fiber_options::worker = 0, they wait for run()). With one worker
+        // the process needs no thread beyond its own, as with an event
+        // loop run on main(); the kernel then takes no reference on a file
+        // for each socket call (fdget), which it must where threads share
+        // the descriptor table. (A sleep before the worker's first I/O
+        // call starts the process's timer thread, and spindle::blocking
+        // its pool's threads, as anywhere.)
         bool caller_is_worker = false;
     };
 
