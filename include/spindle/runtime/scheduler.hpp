@@ -135,7 +135,7 @@ public:
         f.join();
     }
 
-    // Number of worker threads.
+    // Number of workers (with caller_is_worker, worker 0 is run()'s caller).
     [[nodiscard]] unsigned workers() const noexcept;
     // Usable stack bytes a fiber gets when its options do not say.
     [[nodiscard]] std::size_t default_stack_size() const noexcept;
