@@ -128,6 +128,11 @@ namespace {
 using spindle::fiber;
 using spindle::scheduler;
 
+// Threads in this process. ThreadSanitizer starts a thread of its own at
+// the process's first pthread_create; one thread started and joined first
+// (settle_threads) keeps that out of a test's before-and-after counts.
+void settle_threads() { std::thread([] {}).join(); }
+
 std::size_t thread_count() {
     std::size_t n = 0;
     for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
@@ -141,6 +146,7 @@ std::size_t thread_count() {
 // run on the caller's own thread, the process starts no thread, and run()
 // returns once the last of them has finished.
 TEST(CallerIsWorker, OneWorkerRunsEveryFiberOnTheCallerAndStartsNoThread) {
+    settle_threads();
     const std::size_t before = thread_count();
     const pid_t caller = ::gettid();
     scheduler sched({.workers = 1, .caller_is_worker = true});
@@ -204,6 +210,7 @@ TEST(CallerIsWorker, FibersSpawnedBeforeRunGoToTheThreads) {
 // Two workers: the caller and one thread of the scheduler's; the fibers
 // run on those two threads only.
 TEST(CallerIsWorker, TwoWorkersAreTheCallerAndOneThread) {
+    settle_threads();
     const std::size_t before = thread_count();
     const pid_t caller = ::gettid();
     scheduler sched({.workers = 2, .caller_is_worker = true});
